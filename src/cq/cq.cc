@@ -1,0 +1,62 @@
+#include "cq/cq.h"
+
+#include <cstring>
+
+namespace droce::cq {
+
+absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Create(uint32_t min_entries) {
+  const uint32_t size = queue::round_up_pow2(min_entries < 2 ? 2 : min_entries);
+  const size_t ring_len = queue::ring_bytes(size, sizeof(queue::Cqe));
+  auto shm = queue::ShmRegion::Create("droce-cq", ring_len + sizeof(CqControl));
+  if (!shm.ok()) return shm.status();
+  auto r = std::make_unique<CqRegion>();
+  r->shm_ = std::move(*shm);
+  r->ring_ = queue::Ring::Init(r->shm_.data(), size, sizeof(queue::Cqe));
+  r->ctl_ = new (static_cast<uint8_t*>(r->shm_.data()) + ring_len) CqControl();
+  r->ctl_->arm.store(0, std::memory_order_relaxed);
+  r->ctl_->overflowed.store(0, std::memory_order_relaxed);
+  return r;
+}
+
+bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
+  if (prod_ - ring_.load_cons_acquire() >= ring_.size()) {
+    if (ctl_->overflowed.exchange(1, std::memory_order_acq_rel) == 0 && notifier_ != nullptr) {
+      notifier_->CqError(cookie_);
+    }
+    return false;
+  }
+  std::memcpy(ring_.slot(prod_), &cqe, sizeof(cqe));
+  ++prod_;
+  ring_.publish_prod(prod_);
+  // Producer half of the Dekker pair described in cq.h.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint32_t arm = ctl_->arm.load(std::memory_order_relaxed);
+  if (arm == 0) return true;
+  const bool fire = (arm & kArmNextComp) || solicited || cqe.status != queue::wc::kSuccess;
+  if (fire && ctl_->arm.exchange(0, std::memory_order_acq_rel) != 0 && notifier_ != nullptr) {
+    notifier_->NotifyCq(cookie_);
+  }
+  return true;
+}
+
+int CqConsumer::Poll(queue::Cqe* out, int n) {
+  uint32_t cons = ring_.load_cons_relaxed();
+  const uint32_t prod = ring_.load_prod_acquire();
+  int got = 0;
+  while (got < n && cons != prod) {
+    std::memcpy(&out[got], ring_.slot(cons), sizeof(queue::Cqe));
+    ++cons;
+    ++got;
+  }
+  if (got > 0) ring_.publish_cons(cons);
+  return got;
+}
+
+int CqConsumer::Arm(uint32_t how) {
+  ctl_->arm.fetch_or(how, std::memory_order_seq_cst);
+  // Consumer half of the Dekker pair described in cq.h.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return ring_.load_prod_acquire() != ring_.load_cons_relaxed() ? 1 : 0;
+}
+
+}  // namespace droce::cq

@@ -1,0 +1,100 @@
+// Completion queues in shared memory: the engine produces CQEs, the
+// application's threads consume them in ibv_poll_cq without a system call.
+//
+// Arm/notify ordering (no lost wakeup). The consumer arms, then checks for
+// entries; the producer publishes an entry, then checks the arm:
+//   consumer:  arm.fetch_or(A)  [seq_cst]  ; fence(seq_cst) ; load prod
+//   producer:  store prod       [release]  ; fence(seq_cst) ; load arm
+// The two seq_cst fences are totally ordered. If the consumer's fence comes
+// first, the producer's load of `arm` sees A and the producer notifies; if the
+// producer's fence comes first, the consumer's load of `prod` sees the new
+// entry and (with DROCE_CQ_REPORT_MISSED_EVENTS) reports a missed event so the
+// application polls again. Either way no completion is left without a wakeup.
+// Clearing the arm is an exchange, so exactly one notification fires per arm
+// (arming is one-shot, IBA 11.4.2.2).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "queue/abi.h"
+#include "queue/ring.h"
+#include "queue/shm.h"
+
+namespace droce::cq {
+
+inline constexpr uint32_t kArmSolicited = 1;  // IB_CQ_SOLICITED
+inline constexpr uint32_t kArmNextComp = 2;   // IB_CQ_NEXT_COMP
+
+struct CqControl {
+  alignas(queue::kCacheLine) std::atomic<uint32_t> arm;
+  std::atomic<uint32_t> overflowed;  // set once a completion could not be entered
+};
+
+// Called by the producer when an armed CQ gets a completion that matches.
+class CqNotifier {
+ public:
+  virtual ~CqNotifier() = default;
+  virtual void NotifyCq(uint64_t cq_cookie) = 0;
+  // The CQ overflowed (IBV_EVENT_CQ_ERR).
+  virtual void CqError(uint64_t cq_cookie) = 0;
+};
+
+// The shared part of one CQ: a memfd region holding the ring and control.
+class CqRegion {
+ public:
+  static absl::StatusOr<std::unique_ptr<CqRegion>> Create(uint32_t min_entries);
+  queue::Ring ring() const { return ring_; }
+  CqControl* control() const { return ctl_; }
+  uint32_t capacity() const { return ring_.size(); }
+  int fd() const { return shm_.fd(); }
+
+ private:
+  queue::ShmRegion shm_;
+  queue::Ring ring_;
+  CqControl* ctl_ = nullptr;
+};
+
+// Engine side. Owned by exactly one worker thread.
+class CqProducer {
+ public:
+  CqProducer(CqRegion* region, CqNotifier* notifier, uint64_t cookie)
+      : ring_(region->ring()), ctl_(region->control()), notifier_(notifier), cookie_(cookie) {}
+
+  // Enters one completion. `solicited` marks a received message with the SE
+  // bit; unsuccessful completions also satisfy a solicited-only arm
+  // (IBA 11.4.2.2). Returns false if the CQ is full: the completion is not
+  // entered, the CQ is marked overflowed and CQ_ERR is raised; the caller must
+  // move its QP to the error state.
+  bool Push(const queue::Cqe& cqe, bool solicited);
+
+  bool full() const { return prod_ - ring_.load_cons_acquire() >= ring_.size(); }
+  uint64_t cookie() const { return cookie_; }
+
+ private:
+  queue::Ring ring_;
+  CqControl* ctl_;
+  CqNotifier* notifier_;
+  uint64_t cookie_;
+  uint32_t prod_ = 0;
+};
+
+// Application side. Callers serialise Poll/Arm per CQ (the provider's lock).
+class CqConsumer {
+ public:
+  explicit CqConsumer(CqRegion* region) : ring_(region->ring()), ctl_(region->control()) {}
+
+  // Copies up to n completions out; returns how many.
+  int Poll(queue::Cqe* out, int n);
+  // Arms (kArmSolicited or kArmNextComp). Returns 1 if a completion may have
+  // arrived since the last poll (the caller must poll again), else 0.
+  int Arm(uint32_t how);
+  bool overflowed() const { return ctl_->overflowed.load(std::memory_order_acquire) != 0; }
+
+ private:
+  queue::Ring ring_;
+  CqControl* ctl_;
+};
+
+}  // namespace droce::cq

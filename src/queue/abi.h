@@ -1,0 +1,121 @@
+// Work-queue and completion-queue entries as they sit in the shared rings.
+// The provider writes WQEs and reads CQEs; the engine snapshots each WQE into
+// private memory once (memcpy) before it validates and uses it, because the
+// application can scribble on shared memory at any time.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+namespace droce::queue {
+
+struct Sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+static_assert(sizeof(Sge) == 16);
+
+// Send WQE opcodes (droce's own numbering; the provider maps ibv_wr_opcode).
+enum class WqeOp : uint8_t {
+  kSend = 0,
+  kSendImm = 1,
+  kSendInv = 2,
+  kWrite = 3,
+  kWriteImm = 4,
+  kRead = 5,
+  kCmpSwap = 6,
+  kFetchAdd = 7,
+  kLocalInv = 8,
+  kBindMw = 9,
+};
+
+enum WqeFlags : uint8_t {
+  kWqeSignaled = 1 << 0,
+  kWqeSolicited = 1 << 1,
+  kWqeInline = 1 << 2,
+  kWqeFence = 1 << 3,
+};
+
+// 64-byte header; followed by num_sge Sge entries or by inline_len bytes.
+struct SendWqe {
+  uint64_t wr_id;
+  WqeOp op;
+  uint8_t flags;
+  uint16_t num_sge;
+  uint32_t inline_len;
+  uint32_t imm_data;  // network byte order, as in ibv_send_wr
+  uint32_t rkey;      // RDMA/atomic rkey, or the rkey to invalidate
+  uint64_t remote_addr;
+  uint64_t compare_add;
+  uint64_t swap;
+  uint32_t remote_qpn;   // UD
+  uint32_t remote_qkey;  // UD
+  uint32_t ah;           // UD: address handle id
+  uint32_t reserved;
+};
+static_assert(sizeof(SendWqe) == 64);
+static_assert(std::is_trivially_copyable_v<SendWqe>);
+
+// 16-byte header, followed by num_sge Sge entries.
+struct RecvWqe {
+  uint64_t wr_id;
+  uint32_t num_sge;
+  uint32_t reserved;
+};
+static_assert(sizeof(RecvWqe) == 16);
+
+// Completion status and opcode use libibverbs' numeric values
+// (enum ibv_wc_status, enum ibv_wc_opcode, IBV_WC_* flags), which are part of
+// the stable verbs ABI; the engine does not include verbs.h.
+struct Cqe {
+  uint64_t wr_id;
+  uint32_t byte_len;
+  uint32_t imm_data;  // network byte order (or the invalidated rkey)
+  uint32_t qp_num;
+  uint32_t src_qp;
+  uint32_t wc_flags;
+  uint8_t status;
+  uint8_t opcode;
+  uint8_t sl;
+  uint8_t dlid_path_bits;
+  uint16_t slid;
+  uint16_t pkey_index;
+  uint32_t vendor_err;
+  uint64_t reserved;
+};
+static_assert(sizeof(Cqe) == 48);
+
+// Values from enum ibv_wc_status / ibv_wc_opcode / ibv_wc_flags.
+namespace wc {
+inline constexpr uint8_t kSuccess = 0;
+inline constexpr uint8_t kLocLenErr = 1;
+inline constexpr uint8_t kLocQpOpErr = 2;
+inline constexpr uint8_t kLocProtErr = 4;
+inline constexpr uint8_t kWrFlushErr = 5;
+inline constexpr uint8_t kBadRespErr = 7;
+inline constexpr uint8_t kLocAccessErr = 8;
+inline constexpr uint8_t kRemInvReqErr = 9;
+inline constexpr uint8_t kRemAccessErr = 10;
+inline constexpr uint8_t kRemOpErr = 11;
+inline constexpr uint8_t kRetryExcErr = 12;
+inline constexpr uint8_t kRnrRetryExcErr = 13;
+inline constexpr uint8_t kFatalErr = 19;
+inline constexpr uint8_t kGeneralErr = 21;
+
+inline constexpr uint8_t kOpSend = 0;
+inline constexpr uint8_t kOpRdmaWrite = 1;
+inline constexpr uint8_t kOpRdmaRead = 2;
+inline constexpr uint8_t kOpCompSwap = 3;
+inline constexpr uint8_t kOpFetchAdd = 4;
+inline constexpr uint8_t kOpBindMw = 5;
+inline constexpr uint8_t kOpLocalInv = 6;
+inline constexpr uint8_t kOpRecv = 128;
+inline constexpr uint8_t kOpRecvRdmaWithImm = 129;
+
+inline constexpr uint32_t kFlagGrh = 1 << 0;
+inline constexpr uint32_t kFlagWithImm = 1 << 1;
+inline constexpr uint32_t kFlagWithInv = 1 << 3;
+}  // namespace wc
+
+}  // namespace droce::queue

@@ -1,0 +1,33 @@
+// memfd-backed shared memory. Every ring droce shares between an application
+// and an engine lives in one of these, so that moving the engine into a daemon
+// is a matter of passing the fd (SCM_RIGHTS), not of changing the layout.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace droce::queue {
+
+class ShmRegion {
+ public:
+  static absl::StatusOr<ShmRegion> Create(std::string_view name, size_t size);
+  ShmRegion() = default;
+  ShmRegion(ShmRegion&& o) noexcept { *this = std::move(o); }
+  ShmRegion& operator=(ShmRegion&& o) noexcept;
+  ShmRegion(const ShmRegion&) = delete;
+  ShmRegion& operator=(const ShmRegion&) = delete;
+  ~ShmRegion();
+
+  void* data() const { return base_; }
+  size_t size() const { return size_; }
+  int fd() const { return fd_; }
+
+ private:
+  void* base_ = nullptr;
+  size_t size_ = 0;
+  int fd_ = -1;
+};
+
+}  // namespace droce::queue

@@ -1,0 +1,35 @@
+// What the transport needs from the engine around it. The transport has no
+// DPDK in it: frames are plain byte buffers, time is a number, so a test can
+// drive two QPs over a simulated link in virtual time.
+#pragma once
+
+#include <cstdint>
+
+#include "common/counters.h"
+#include "mem/mr_table.h"
+#include "wire/frame.h"
+
+namespace droce::transport {
+
+struct TxFrame {
+  uint8_t* data = nullptr;
+  uint32_t capacity = 0;
+  void* handle = nullptr;  // the engine's buffer (an mbuf)
+};
+
+class TransportEnv {
+ public:
+  virtual ~TransportEnv() = default;
+  virtual uint64_t NowNs() = 0;
+  // A buffer for one frame of `len` bytes; false when none is available now
+  // (the caller tries again on a later loop turn).
+  virtual bool AllocFrame(uint32_t len, TxFrame* frame) = 0;
+  // Queues a filled frame for transmission at the end of this loop turn.
+  virtual void SendFrame(const TxFrame& frame, uint32_t len) = 0;
+  // The next-hop MAC for an IPv4 destination; false while it is being resolved.
+  virtual bool ResolveMac(uint32_t dip, wire::MacAddr* mac) = 0;
+  virtual const mem::MrTable& Mrs() = 0;
+  virtual Counters& Stats() = 0;
+};
+
+}  // namespace droce::transport

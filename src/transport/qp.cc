@@ -1,0 +1,286 @@
+#include "transport/qp.h"
+
+#include <cerrno>
+#include <cstring>
+
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+const char* qp_state_name(QpState s) {
+  switch (s) {
+    case QpState::kReset: return "RESET";
+    case QpState::kInit: return "INIT";
+    case QpState::kRtr: return "RTR";
+    case QpState::kRts: return "RTS";
+    case QpState::kSqd: return "SQD";
+    case QpState::kSqe: return "SQE";
+    case QpState::kErr: return "ERR";
+  }
+  return "?";
+}
+
+uint64_t rnr_timer_ns(uint8_t code) {
+  // IBA 9.7.5.2.8, table 45, in units of 10 ns.
+  static constexpr uint32_t kTable[32] = {
+      65536000, 1,      2,      3,      4,      6,       8,       12,
+      16,       24,     32,     48,     64,     96,      128,     192,
+      256,      384,    512,    768,    1024,   1536,    2048,    3072,
+      4096,     6144,   8192,   12288,  16384,  24576,   32768,   49152};
+  return uint64_t{kTable[code & 31]} * 10000;  // table is in 0.01 ms
+}
+
+Qp::Qp(const QpInit& init, TransportEnv* env)
+    : qpn_(init.qpn),
+      type_(init.type),
+      pd_(init.pd),
+      sq_sig_all_(init.sq_sig_all),
+      caps_(init.caps),
+      sq_(init.sq),
+      rq_(init.rq),
+      send_cq_(init.send_cq),
+      recv_cq_(init.recv_cq),
+      port_(init.port),
+      env_(env) {
+  send_ctx_.resize(sq_.size());
+  send_sge_.resize(size_t{sq_.size()} * caps_.max_send_sge);
+  send_inline_.resize(size_t{sq_.size()} * caps_.max_inline);
+  recv_sge_.resize(caps_.max_recv_sge);
+}
+
+namespace {
+
+struct Transition {
+  uint32_t required;
+  uint32_t optional;
+  bool valid;
+};
+
+// The IBA 10.3.1 / ib_modify_qp_is_ok table for the connected service types
+// (RC; UC differs only in RDMA-read attributes) and for UD.
+Transition transition(QpType type, QpState cur, QpState next) {
+  const bool rc = type == QpType::kRc;
+  const bool ud = type == QpType::kUd;
+  using S = QpState;
+  if (next == S::kReset || next == S::kErr) return {0, 0, true};
+  switch (cur) {
+    case S::kReset:
+      if (next == S::kInit) {
+        if (ud) return {kAttrPkeyIndex | kAttrPort | kAttrQkey, 0, true};
+        return {kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, 0, true};
+      }
+      break;
+    case S::kInit:
+      if (next == S::kInit) {
+        if (ud) return {0, kAttrPkeyIndex | kAttrPort | kAttrQkey, true};
+        return {0, kAttrPkeyIndex | kAttrPort | kAttrAccessFlags, true};
+      }
+      if (next == S::kRtr) {
+        if (ud) return {0, kAttrPkeyIndex | kAttrQkey, true};
+        uint32_t req = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
+        if (rc) req |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
+        return {req, kAttrAltPath | kAttrAccessFlags | kAttrPkeyIndex, true};
+      }
+      break;
+    case S::kRtr:
+      if (next == S::kRts) {
+        if (ud) return {kAttrSqPsn, kAttrCurState | kAttrQkey, true};
+        uint32_t req = kAttrSqPsn;
+        if (rc) req |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+        uint32_t opt = kAttrCurState | kAttrAltPath | kAttrAccessFlags | kAttrPathMigState;
+        if (rc) opt |= kAttrMinRnrTimer;
+        return {req, opt, true};
+      }
+      break;
+    case S::kRts:
+    case S::kSqe:
+      if (next == S::kRts) {
+        if (ud) return {0, kAttrCurState | kAttrQkey, true};
+        uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState;
+        if (rc) opt |= kAttrMinRnrTimer;
+        return {0, opt, true};
+      }
+      break;
+    default:
+      break;
+  }
+  return {0, 0, false};
+}
+
+bool ipv4_mapped(const uint8_t* gid, uint32_t* ip) {
+  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+  if (std::memcmp(gid, kPrefix, 12) != 0) return false;
+  *ip = (uint32_t{gid[12]} << 24) | (uint32_t{gid[13]} << 16) | (uint32_t{gid[14]} << 8) | gid[15];
+  return true;
+}
+
+}  // namespace
+
+bool Qp::ModifyAllowed(QpState cur, QpState next, uint32_t mask) const {
+  Transition t = transition(type_, cur, next);
+  if (!t.valid) return false;
+  const uint32_t attrs = mask & ~(kAttrState);
+  if ((attrs & t.required) != t.required) return false;
+  return (attrs & ~(t.required | t.optional | kAttrCurState)) == 0;
+}
+
+int Qp::Modify(const QpAttr& a, uint32_t mask) {
+  const QpState cur = attr_.state;
+  if ((mask & kAttrCurState) && a.cur_state != cur) return EINVAL;
+  const QpState next = (mask & kAttrState) ? a.state : cur;
+  if (!ModifyAllowed(cur, next, mask)) return EINVAL;
+  if ((mask & kAttrPathMtu) && (a.path_mtu < 1 || a.path_mtu > 5)) return EINVAL;
+  if ((mask & kAttrPort) && a.port_num != 1) return EINVAL;
+  if ((mask & kAttrPkeyIndex) && a.pkey_index != 0) return EINVAL;
+  if ((mask & kAttrTimeout) && a.timeout > 31) return EINVAL;
+  if ((mask & kAttrRetryCnt) && a.retry_cnt > 7) return EINVAL;
+  if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
+  if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
+  uint32_t dip = dip_;
+  if (mask & kAttrAv) {
+    // RoCE needs a GRH; droce routes IPv4-mapped GIDs in this release.
+    if (!a.av.is_global || !ipv4_mapped(a.av.dgid, &dip) || a.av.sgid_index != 0) return EINVAL;
+  }
+
+  if (mask & kAttrAccessFlags) attr_.access_flags = a.access_flags;
+  if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
+  if (mask & kAttrPort) attr_.port_num = a.port_num;
+  if (mask & kAttrQkey) attr_.qkey = a.qkey;
+  if (mask & kAttrAv) {
+    attr_.av = a.av;
+    dip_ = dip;
+    mac_valid_ = false;
+  }
+  if (mask & kAttrPathMtu) attr_.path_mtu = a.path_mtu < port_.max_mtu ? a.path_mtu : port_.max_mtu;
+  if (mask & kAttrTimeout) attr_.timeout = a.timeout;
+  if (mask & kAttrRetryCnt) attr_.retry_cnt = a.retry_cnt;
+  if (mask & kAttrRnrRetry) attr_.rnr_retry = a.rnr_retry;
+  if (mask & kAttrRqPsn) {
+    attr_.rq_psn = a.rq_psn & wire::kPsnMask;
+    epsn_ = attr_.rq_psn;
+  }
+  if (mask & kAttrMaxQpRdAtomic) attr_.max_rd_atomic = a.max_rd_atomic;
+  if (mask & kAttrMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
+  if (mask & kAttrSqPsn) {
+    attr_.sq_psn = a.sq_psn & wire::kPsnMask;
+    next_psn_ = unacked_psn_ = attr_.sq_psn;
+  }
+  if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  if (mask & kAttrDestQpn) {
+    attr_.dest_qpn = a.dest_qpn & wire::kPsnMask;
+    udp_sport_ = wire::udp_sport_for_qp(qpn_, attr_.dest_qpn);
+  }
+
+  if (next != cur) {
+    attr_.state = next;
+    if (next == QpState::kReset) {
+      ResetQueues();
+    } else if (next == QpState::kErr) {
+      EnterError();
+    } else if (next == QpState::kRts) {
+      retries_left_ = attr_.retry_cnt;
+      rnr_retries_left_ = attr_.rnr_retry;
+      last_progress_ns_ = env_->NowNs();
+    }
+  }
+  return 0;
+}
+
+void Qp::ResetQueues() {
+  // Moving to RESET discards every WQE without a completion (IBA 10.3.1).
+  const uint32_t sq_prod = sq_.load_prod_acquire();
+  sq_comp_ = sq_send_ = sq_fetched_ = sq_prod;
+  sq_.publish_cons(sq_prod);
+  rq_cons_ = rq_.load_prod_acquire();
+  rq_.publish_cons(rq_cons_);
+  send_pkt_ = 0;
+  recv_ = RecvCtx{};
+  rnr_wait_ = false;
+  nak_sent_ = false;
+  in_send_message_ = false;
+  recv_err_ = 0;
+  msn_ = 0;
+  mac_valid_ = false;
+  attr_ = QpAttr{};
+}
+
+void Qp::EnterError() {
+  attr_.state = QpState::kErr;
+  rnr_wait_ = false;
+  unacked_psn_ = next_psn_;
+  FlushAll();
+}
+
+void Qp::FlushAll() {
+  // IBA 10.3.1 / 11.4.2.1: in the error state every outstanding and newly
+  // posted WR completes with IBV_WC_WR_FLUSH_ERR, signaled or not.
+  const uint32_t sq_prod = sq_.load_prod_acquire();
+  while (sq_comp_ != sq_prod) {
+    queue::SendWqe w;
+    std::memcpy(&w, sq_.slot(sq_comp_), sizeof(w));
+    queue::Cqe c{};
+    c.wr_id = w.wr_id;
+    c.status = queue::wc::kWrFlushErr;
+    c.qp_num = qpn_;
+    if (!send_cq_->Push(c, false)) break;
+    ++sq_comp_;
+  }
+  sq_send_ = sq_fetched_ = sq_comp_;
+  send_pkt_ = 0;
+  sq_.publish_cons(sq_comp_);
+
+  if (recv_.active) {
+    queue::Cqe c{};
+    c.wr_id = recv_.wqe.wr_id;
+    c.status = queue::wc::kWrFlushErr;
+    c.qp_num = qpn_;
+    c.opcode = queue::wc::kOpRecv;
+    if (recv_cq_->Push(c, false)) recv_.active = false;
+  }
+  OnRecvDoorbell();
+}
+
+void Qp::OnRecvDoorbell() {
+  if (attr_.state != QpState::kErr) return;
+  const uint32_t prod = rq_.load_prod_acquire();
+  while (rq_cons_ != prod) {
+    queue::RecvWqe w;
+    std::memcpy(&w, rq_.slot(rq_cons_), sizeof(w));
+    queue::Cqe c{};
+    c.wr_id = w.wr_id;
+    c.status = queue::wc::kWrFlushErr;
+    c.qp_num = qpn_;
+    c.opcode = queue::wc::kOpRecv;
+    if (!recv_cq_->Push(c, false)) break;
+    ++rq_cons_;
+  }
+  rq_.publish_cons(rq_cons_);
+}
+
+bool Qp::PushSendCqe(const queue::Cqe& cqe) {
+  if (send_cq_->Push(cqe, false)) return true;
+  ++env_->Stats().cq_overflow;
+  if (attr_.state != QpState::kErr) EnterError();
+  return false;
+}
+
+bool Qp::PushRecvCqe(const queue::Cqe& cqe, bool solicited) {
+  if (recv_cq_->Push(cqe, solicited)) return true;
+  ++env_->Stats().cq_overflow;
+  if (attr_.state != QpState::kErr) EnterError();
+  return false;
+}
+
+wire::Ipv4Path Qp::PathTo(const wire::MacAddr& dmac) const {
+  wire::Ipv4Path p;
+  p.dmac = dmac;
+  p.smac = port_.mac;
+  p.sip = port_.ip;
+  p.dip = dip_;
+  p.udp_sport = udp_sport_;
+  p.tos = attr_.av.traffic_class;
+  p.ttl = attr_.av.hop_limit ? attr_.av.hop_limit : 64;
+  return p;
+}
+
+}  // namespace droce::transport

@@ -1,0 +1,220 @@
+// One queue pair, owned by one worker thread. The requester (requester.cc)
+// turns send WQEs into packets, the completer (completer.cc) retires them on
+// ACKs and retransmits on NAKs and timeouts, the responder (responder.cc)
+// executes incoming requests; qp.cc holds creation, the IBA state machine
+// (modify) and error flushing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cq/cq.h"
+#include "queue/abi.h"
+#include "queue/ring.h"
+#include "transport/env.h"
+#include "wire/frame.h"
+
+namespace droce::transport {
+
+// Numbered as enum ibv_qp_state.
+enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
+const char* qp_state_name(QpState s);
+
+// Numbered as enum ibv_qp_type.
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };
+
+// Bits of enum ibv_qp_attr_mask.
+enum AttrMask : uint32_t {
+  kAttrState = 1 << 0,
+  kAttrCurState = 1 << 1,
+  kAttrEnSqdAsyncNotify = 1 << 2,
+  kAttrAccessFlags = 1 << 3,
+  kAttrPkeyIndex = 1 << 4,
+  kAttrPort = 1 << 5,
+  kAttrQkey = 1 << 6,
+  kAttrAv = 1 << 7,
+  kAttrPathMtu = 1 << 8,
+  kAttrTimeout = 1 << 9,
+  kAttrRetryCnt = 1 << 10,
+  kAttrRnrRetry = 1 << 11,
+  kAttrRqPsn = 1 << 12,
+  kAttrMaxQpRdAtomic = 1 << 13,
+  kAttrAltPath = 1 << 14,
+  kAttrMinRnrTimer = 1 << 15,
+  kAttrSqPsn = 1 << 16,
+  kAttrMaxDestRdAtomic = 1 << 17,
+  kAttrPathMigState = 1 << 18,
+  kAttrCap = 1 << 19,
+  kAttrDestQpn = 1 << 20,
+};
+
+struct AddressVector {
+  uint8_t dgid[16] = {};
+  uint32_t flow_label = 0;
+  uint8_t sgid_index = 0;
+  uint8_t hop_limit = 64;
+  uint8_t traffic_class = 0;
+  uint8_t sl = 0;
+  bool is_global = false;
+  uint8_t port_num = 1;
+  uint16_t dlid = 0;
+};
+
+// The attributes of ibv_qp_attr that droce implements, host order.
+struct QpAttr {
+  QpState state = QpState::kReset;
+  QpState cur_state = QpState::kReset;
+  uint32_t access_flags = 0;
+  uint16_t pkey_index = 0;
+  uint8_t port_num = 1;
+  uint32_t qkey = 0;
+  AddressVector av;
+  uint8_t path_mtu = 3;  // enum ibv_mtu: 1=256 ... 5=4096
+  uint8_t timeout = 14;
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+  uint32_t rq_psn = 0;
+  uint8_t max_rd_atomic = 1;
+  uint8_t min_rnr_timer = 12;
+  uint32_t sq_psn = 0;
+  uint8_t max_dest_rd_atomic = 1;
+  uint32_t dest_qpn = 0;
+};
+
+struct QpCaps {
+  uint32_t max_send_wr = 0, max_recv_wr = 0;  // ring sizes (powers of two)
+  uint32_t max_send_sge = 0, max_recv_sge = 0;
+  uint32_t max_inline = 0;
+};
+
+// The port a QP sends from.
+struct PortAddr {
+  wire::MacAddr mac{};
+  uint32_t ip = 0;        // host order
+  uint8_t max_mtu = 3;    // active_mtu as enum ibv_mtu
+};
+
+struct QpInit {
+  uint32_t qpn = 0;
+  QpType type = QpType::kRc;
+  uint32_t pd = 0;
+  bool sq_sig_all = false;
+  QpCaps caps;
+  queue::Ring sq, rq;
+  cq::CqProducer* send_cq = nullptr;
+  cq::CqProducer* recv_cq = nullptr;
+  PortAddr port;
+};
+
+inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
+
+class Qp {
+ public:
+  Qp(const QpInit& init, TransportEnv* env);
+
+  uint32_t qpn() const { return qpn_; }
+  QpState state() const { return attr_.state; }
+  const QpAttr& attr() const { return attr_; }
+  const QpCaps& caps() const { return caps_; }
+
+  // Control path (on the worker). Returns 0 or an errno (EINVAL).
+  int Modify(const QpAttr& a, uint32_t mask);
+
+  // Datapath. PollSend sends up to `budget` packets; returns true while it
+  // has more to send right now.
+  bool PollSend(unsigned budget);
+  // A validated packet whose destination QPN is this QP.
+  void OnPacket(const wire::PacketView& pkt);
+  // Retransmission and RNR timers; call periodically.
+  void OnTimer(uint64_t now_ns);
+  // True while sent packets await acknowledgement (timers matter).
+  bool HasOutstanding() const { return unacked_psn_ != next_psn_ || rnr_wait_; }
+  // New receive WQEs were posted (flushes them in the error state).
+  void OnRecvDoorbell();
+
+ private:
+  struct SendCtx {
+    queue::SendWqe wqe;
+    uint32_t total_len = 0;
+    uint32_t first_psn = 0;
+    uint32_t npkts = 0;
+  };
+  struct RecvCtx {
+    queue::RecvWqe wqe;
+    uint32_t offset = 0;  // bytes already placed
+    bool active = false;
+  };
+
+  // requester.cc
+  bool FetchSendWqe();
+  bool BuildRequestPacket(SendCtx& ctx, uint32_t pkt);
+  uint32_t Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t len, uint8_t* dst,
+                  bool* prot_err);
+  // completer.cc
+  void OnResponse(const wire::PacketView& pkt);
+  void CompleteUpTo(uint32_t psn_exclusive);
+  void CompleteHeadWithError(uint8_t status);
+  void GoBackTo(uint32_t psn);
+  // responder.cc
+  void OnRequest(const wire::PacketView& pkt);
+  void SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
+  bool Scatter(const uint8_t* src, uint32_t len, uint8_t* status);
+  void CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm);
+  // qp.cc
+  bool ModifyAllowed(QpState cur, QpState next, uint32_t mask) const;
+  void EnterError();
+  void FlushAll();
+  void ResetQueues();
+  bool PushSendCqe(const queue::Cqe& cqe);
+  bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
+  wire::Ipv4Path PathTo(const wire::MacAddr& dmac) const;
+
+  uint32_t qpn_;
+  QpType type_;
+  uint32_t pd_;
+  bool sq_sig_all_;
+  QpCaps caps_;
+  queue::Ring sq_, rq_;
+  cq::CqProducer* send_cq_;
+  cq::CqProducer* recv_cq_;
+  PortAddr port_;
+  TransportEnv* env_;
+  QpAttr attr_;
+  uint32_t dip_ = 0;
+  uint16_t udp_sport_ = 0xC000;
+  uint16_t ip_id_ = 0;
+
+  // Requester / completer. Ring indices (free-running): sq_comp_ <= sq_send_
+  // <= sq_fetched_ <= provider's prod.
+  std::vector<SendCtx> send_ctx_;
+  std::vector<queue::Sge> send_sge_;     // caps_.max_send_sge per slot
+  std::vector<uint8_t> send_inline_;     // caps_.max_inline per slot
+  uint32_t sq_comp_ = 0;
+  uint32_t sq_send_ = 0;     // WQE being sent
+  uint32_t send_pkt_ = 0;    // next packet of that WQE
+  uint32_t sq_fetched_ = 0;
+  uint32_t next_psn_ = 0;
+  uint32_t unacked_psn_ = 0;
+  uint32_t retries_left_ = 7;
+  uint32_t rnr_retries_left_ = 7;
+  uint64_t last_progress_ns_ = 0;
+  bool rnr_wait_ = false;
+  uint64_t rnr_resume_ns_ = 0;
+  bool mac_valid_ = false;
+  wire::MacAddr dmac_{};
+
+  // Responder.
+  std::vector<queue::Sge> recv_sge_;  // caps_.max_recv_sge, for the active WQE
+  RecvCtx recv_;
+  uint32_t rq_cons_ = 0;
+  uint32_t epsn_ = 0;
+  uint32_t msn_ = 0;
+  bool nak_sent_ = false;
+  bool in_send_message_ = false;
+  uint8_t recv_err_ = 0;   // a failed message: drop its remaining packets
+};
+
+// IBA table 45: RNR NAK timer code → nanoseconds.
+uint64_t rnr_timer_ns(uint8_t code);
+
+}  // namespace droce::transport

@@ -1,0 +1,100 @@
+#include "wire/opcode.h"
+
+#include <array>
+
+namespace droce::wire {
+namespace {
+
+struct Entry {
+  uint8_t op;
+  const char* name;
+  uint32_t mask;
+};
+
+// Header order after the BTH (IBA 9.2): DETH, RETH, AtomicETH, AETH,
+// AtomicAckETH, ImmDt, IETH, payload.
+constexpr OpcodeInfo make(const char* name, uint32_t mask) {
+  OpcodeInfo i{name, mask, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  unsigned off = kBthLen;
+  if (mask & kMaskDeth) { i.deth = static_cast<uint8_t>(off); off += kDethLen; }
+  if (mask & kMaskReth) { i.reth = static_cast<uint8_t>(off); off += kRethLen; }
+  if (mask & kMaskAtomicEth) { i.atomic_eth = static_cast<uint8_t>(off); off += kAtomicEthLen; }
+  if (mask & kMaskAeth) { i.aeth = static_cast<uint8_t>(off); off += kAethLen; }
+  if (mask & kMaskAtomicAckEth) { i.atomic_ack_eth = static_cast<uint8_t>(off); off += kAtomicAckEthLen; }
+  if (mask & kMaskImmDt) { i.immdt = static_cast<uint8_t>(off); off += kImmDtLen; }
+  if (mask & kMaskIeth) { i.ieth = static_cast<uint8_t>(off); off += kIethLen; }
+  i.length = static_cast<uint8_t>(off);
+  i.payload = static_cast<uint8_t>(off);
+  return i;
+}
+
+constexpr uint32_t kSendReq = kMaskSend | kMaskRequest | kMaskPayload | kMaskRecvWqe;
+constexpr uint32_t kWriteReq = kMaskWrite | kMaskRequest | kMaskPayload;
+constexpr uint32_t kReadResp = kMaskRead | kMaskResponse | kMaskPayload;
+
+constexpr Entry kEntries[] = {
+    {kRcSendFirst, "RC_SEND_FIRST", kSendReq | kMaskFirst},
+    {kRcSendMiddle, "RC_SEND_MIDDLE", kSendReq | kMaskMiddle},
+    {kRcSendLast, "RC_SEND_LAST", kSendReq | kMaskLast},
+    {kRcSendLastImm, "RC_SEND_LAST_WITH_IMMEDIATE", kSendReq | kMaskLast | kMaskImmDt},
+    {kRcSendOnly, "RC_SEND_ONLY", kSendReq | kMaskOnly},
+    {kRcSendOnlyImm, "RC_SEND_ONLY_WITH_IMMEDIATE", kSendReq | kMaskOnly | kMaskImmDt},
+    {kRcWriteFirst, "RC_RDMA_WRITE_FIRST", kWriteReq | kMaskFirst | kMaskReth},
+    {kRcWriteMiddle, "RC_RDMA_WRITE_MIDDLE", kWriteReq | kMaskMiddle},
+    {kRcWriteLast, "RC_RDMA_WRITE_LAST", kWriteReq | kMaskLast},
+    {kRcWriteLastImm, "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     kWriteReq | kMaskLast | kMaskImmDt | kMaskRecvWqe},
+    {kRcWriteOnly, "RC_RDMA_WRITE_ONLY", kWriteReq | kMaskOnly | kMaskReth},
+    {kRcWriteOnlyImm, "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     kWriteReq | kMaskOnly | kMaskReth | kMaskImmDt | kMaskRecvWqe},
+    {kRcReadRequest, "RC_RDMA_READ_REQUEST", kMaskRead | kMaskRequest | kMaskOnly | kMaskReth},
+    {kRcReadResponseFirst, "RC_RDMA_READ_RESPONSE_FIRST", kReadResp | kMaskFirst | kMaskAeth},
+    {kRcReadResponseMiddle, "RC_RDMA_READ_RESPONSE_MIDDLE", kReadResp | kMaskMiddle},
+    {kRcReadResponseLast, "RC_RDMA_READ_RESPONSE_LAST", kReadResp | kMaskLast | kMaskAeth},
+    {kRcReadResponseOnly, "RC_RDMA_READ_RESPONSE_ONLY", kReadResp | kMaskOnly | kMaskAeth},
+    {kRcAck, "RC_ACKNOWLEDGE", kMaskResponse | kMaskOnly | kMaskAeth},
+    {kRcAtomicAck, "RC_ATOMIC_ACKNOWLEDGE",
+     kMaskResponse | kMaskAtomic | kMaskOnly | kMaskAeth | kMaskAtomicAckEth},
+    {kRcCompareSwap, "RC_COMPARE_SWAP", kMaskAtomic | kMaskRequest | kMaskOnly | kMaskAtomicEth},
+    {kRcFetchAdd, "RC_FETCH_ADD", kMaskAtomic | kMaskRequest | kMaskOnly | kMaskAtomicEth},
+    {kRcSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", kSendReq | kMaskLast | kMaskIeth},
+    {kRcSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", kSendReq | kMaskOnly | kMaskIeth},
+    {kUcSendFirst, "UC_SEND_FIRST", kSendReq | kMaskFirst},
+    {kUcSendMiddle, "UC_SEND_MIDDLE", kSendReq | kMaskMiddle},
+    {kUcSendLast, "UC_SEND_LAST", kSendReq | kMaskLast},
+    {kUcSendLastImm, "UC_SEND_LAST_WITH_IMMEDIATE", kSendReq | kMaskLast | kMaskImmDt},
+    {kUcSendOnly, "UC_SEND_ONLY", kSendReq | kMaskOnly},
+    {kUcSendOnlyImm, "UC_SEND_ONLY_WITH_IMMEDIATE", kSendReq | kMaskOnly | kMaskImmDt},
+    {kUcWriteFirst, "UC_RDMA_WRITE_FIRST", kWriteReq | kMaskFirst | kMaskReth},
+    {kUcWriteMiddle, "UC_RDMA_WRITE_MIDDLE", kWriteReq | kMaskMiddle},
+    {kUcWriteLast, "UC_RDMA_WRITE_LAST", kWriteReq | kMaskLast},
+    {kUcWriteLastImm, "UC_RDMA_WRITE_LAST_WITH_IMMEDIATE",
+     kWriteReq | kMaskLast | kMaskImmDt | kMaskRecvWqe},
+    {kUcWriteOnly, "UC_RDMA_WRITE_ONLY", kWriteReq | kMaskOnly | kMaskReth},
+    {kUcWriteOnlyImm, "UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
+     kWriteReq | kMaskOnly | kMaskReth | kMaskImmDt | kMaskRecvWqe},
+    {kUdSendOnly, "UD_SEND_ONLY", kSendReq | kMaskOnly | kMaskDeth},
+    {kUdSendOnlyImm, "UD_SEND_ONLY_WITH_IMMEDIATE", kSendReq | kMaskOnly | kMaskDeth | kMaskImmDt},
+    {kCnp, "CNP", kMaskCnp},
+};
+
+constexpr std::array<OpcodeInfo, 256> build_table() {
+  std::array<OpcodeInfo, 256> t{};
+  for (const Entry& e : kEntries) t[e.op] = make(e.name, e.mask);
+  // RoCEv2 annex A17.9.4: a CNP's BTH is followed by 16 reserved bytes.
+  t[kCnp].length = static_cast<uint8_t>(t[kCnp].length + kCnpPayloadLen);
+  t[kCnp].payload = t[kCnp].length;
+  return t;
+}
+
+constexpr std::array<OpcodeInfo, 256> kTable = build_table();
+
+static_assert(kTable[kRcWriteOnlyImm].reth == 12 && kTable[kRcWriteOnlyImm].immdt == 28);
+static_assert(kTable[kRcAtomicAck].aeth == 12 && kTable[kRcAtomicAck].atomic_ack_eth == 16);
+static_assert(kTable[kUdSendOnlyImm].deth == 12 && kTable[kUdSendOnlyImm].length == 24);
+
+}  // namespace
+
+const OpcodeInfo& opcode_info(uint8_t opcode) { return kTable[opcode]; }
+
+}  // namespace droce::wire

@@ -1,0 +1,20 @@
+// 24-bit packet sequence number arithmetic (IBA 9.7.1): PSNs wrap at 2^24 and
+// are compared inside a 2^23 window.
+#pragma once
+
+#include <cstdint>
+
+namespace droce::wire {
+
+inline constexpr uint32_t kPsnMask = 0xFFFFFF;
+
+inline constexpr uint32_t psn_add(uint32_t psn, uint32_t n) { return (psn + n) & kPsnMask; }
+
+// Signed distance a - b in the 24-bit space, in [-2^23, 2^23).
+inline constexpr int32_t psn_diff(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(((a - b) & kPsnMask) << 8) >> 8;
+}
+inline constexpr bool psn_lt(uint32_t a, uint32_t b) { return psn_diff(a, b) < 0; }
+inline constexpr bool psn_le(uint32_t a, uint32_t b) { return psn_diff(a, b) <= 0; }
+
+}  // namespace droce::wire

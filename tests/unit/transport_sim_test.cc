@@ -1,0 +1,291 @@
+// Two RC QPs over a simulated lossy link, in virtual time: every message
+// arrives intact, in order, exactly once, and completes on both sides.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <random>
+
+#include "cq/cq.h"
+#include "queue/shm.h"
+#include "sim_link.h"
+#include "transport/qp.h"
+#include "wire/frame.h"
+
+namespace droce::test {
+namespace {
+
+using transport::Qp;
+using transport::QpAttr;
+using transport::QpState;
+
+constexpr uint32_t kMaxSge = 4;
+constexpr uint32_t kMaxInline = 64;
+
+struct Endpoint {
+  std::unique_ptr<SimEnv> env;
+  queue::ShmRegion shm;
+  queue::Ring sq, rq;
+  std::unique_ptr<cq::CqRegion> scq_region, rcq_region;
+  std::unique_ptr<cq::CqProducer> scq, rcq;
+  std::unique_ptr<cq::CqConsumer> scq_c, rcq_c;
+  std::unique_ptr<Qp> qp;
+  std::vector<uint8_t> buf;
+  uint32_t key = 0;
+  uint32_t sq_prod = 0, rq_prod = 0;
+
+  void Init(std::deque<SimFrame>* wire, uint64_t* clock, uint32_t qpn, uint32_t ip,
+            uint32_t depth, uint32_t cq_depth, size_t buf_len) {
+    env = std::make_unique<SimEnv>(wire, clock);
+    const uint32_t sstride = sizeof(queue::SendWqe) + kMaxSge * sizeof(queue::Sge);
+    const uint32_t rstride = sizeof(queue::RecvWqe) + kMaxSge * sizeof(queue::Sge);
+    const size_t sq_len = queue::ring_bytes(depth, sstride);
+    shm = *queue::ShmRegion::Create("test-qp", sq_len + queue::ring_bytes(depth, rstride));
+    sq = queue::Ring::Init(shm.data(), depth, sstride);
+    rq = queue::Ring::Init(static_cast<uint8_t*>(shm.data()) + sq_len, depth, rstride);
+    scq_region = *cq::CqRegion::Create(cq_depth);
+    rcq_region = *cq::CqRegion::Create(cq_depth);
+    scq = std::make_unique<cq::CqProducer>(scq_region.get(), nullptr, 1);
+    rcq = std::make_unique<cq::CqProducer>(rcq_region.get(), nullptr, 2);
+    scq_c = std::make_unique<cq::CqConsumer>(scq_region.get());
+    rcq_c = std::make_unique<cq::CqConsumer>(rcq_region.get());
+    transport::QpInit init;
+    init.qpn = qpn;
+    init.pd = 1;
+    init.caps = {depth, depth, kMaxSge, kMaxSge, kMaxInline};
+    init.sq = sq;
+    init.rq = rq;
+    init.send_cq = scq.get();
+    init.recv_cq = rcq.get();
+    init.port.mac = {2, 0, 0, 0, 0, static_cast<uint8_t>(qpn)};
+    init.port.ip = ip;
+    init.port.max_mtu = 5;
+    qp = std::make_unique<Qp>(init, env.get());
+    buf.assign(buf_len, 0);
+    auto mr = env->mrs.Register(1, reinterpret_cast<uint64_t>(buf.data()),
+                                reinterpret_cast<uint64_t>(buf.data()), buf.size(), 1);
+    key = mr->key;
+  }
+
+  void Connect(uint32_t peer_qpn, uint32_t peer_ip, uint8_t mtu) {
+    QpAttr a;
+    a.state = QpState::kInit;
+    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrPkeyIndex |
+                                   transport::kAttrPort | transport::kAttrAccessFlags));
+    a.state = QpState::kRtr;
+    a.av.is_global = true;
+    a.av.dgid[10] = a.av.dgid[11] = 0xFF;
+    a.av.dgid[12] = static_cast<uint8_t>(peer_ip >> 24);
+    a.av.dgid[13] = static_cast<uint8_t>(peer_ip >> 16);
+    a.av.dgid[14] = static_cast<uint8_t>(peer_ip >> 8);
+    a.av.dgid[15] = static_cast<uint8_t>(peer_ip);
+    a.path_mtu = mtu;
+    a.dest_qpn = peer_qpn;
+    a.rq_psn = 0xFFFFF0;  // wraps during the test
+    a.min_rnr_timer = 1;
+    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
+                                   transport::kAttrDestQpn | transport::kAttrRqPsn |
+                                   transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer));
+    a.state = QpState::kRts;
+    a.sq_psn = 0xFFFFF0;
+    a.timeout = 10;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout |
+                                   transport::kAttrRetryCnt | transport::kAttrRnrRetry |
+                                   transport::kAttrMaxQpRdAtomic));
+  }
+
+  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) {
+    uint8_t* slot = rq.slot(rq_prod);
+    queue::RecvWqe w{wr_id, 1, 0};
+    queue::Sge s{reinterpret_cast<uint64_t>(buf.data()) + off, len, key};
+    std::memcpy(slot, &w, sizeof(w));
+    std::memcpy(slot + sizeof(w), &s, sizeof(s));
+    rq.publish_prod(++rq_prod);
+  }
+  void PostSend(uint64_t wr_id, uint32_t off, uint32_t len, uint32_t lkey_override = 0) {
+    uint8_t* slot = sq.slot(sq_prod);
+    queue::SendWqe w{};
+    w.wr_id = wr_id;
+    w.op = queue::WqeOp::kSend;
+    w.flags = queue::kWqeSignaled;
+    w.num_sge = 1;
+    queue::Sge s{reinterpret_cast<uint64_t>(buf.data()) + off, len, lkey_override ? lkey_override : key};
+    std::memcpy(slot, &w, sizeof(w));
+    std::memcpy(slot + sizeof(w), &s, sizeof(s));
+    sq.publish_prod(++sq_prod);
+  }
+};
+
+class SimNet {
+ public:
+  SimNet(double loss, double dup, uint32_t seed) : loss_(loss), dup_(dup), rng_(seed) {}
+  std::deque<SimFrame> wire;
+  uint64_t clock = 1'000'000;
+
+  // Runs until `done` or the virtual-time limit; returns false on timeout.
+  template <typename Done>
+  bool Run(Endpoint& a, Endpoint& b, Done done, uint64_t limit_ns = 60'000'000'000ull) {
+    std::uniform_real_distribution<double> u(0, 1);
+    while (!done()) {
+      if (clock > limit_ns) return false;
+      a.qp->PollSend(16);
+      b.qp->PollSend(16);
+      bool moved = !wire.empty();
+      size_t n = wire.size();
+      for (size_t i = 0; i < n; ++i) {
+        SimFrame f = std::move(wire.front());
+        wire.pop_front();
+        if (u(rng_) < loss_) continue;
+        if (u(rng_) < dup_) wire.push_back(f);
+        wire::PacketView v;
+        ASSERT_EQ_OR_FAIL(wire::parse_frame(f.bytes, &v));
+        Endpoint& dst = v.bth.dqpn == a.qp->qpn() ? a : b;
+        dst.qp->OnPacket(v);
+      }
+      clock += moved ? 1000 : 100'000;
+      a.qp->OnTimer(clock);
+      b.qp->OnTimer(clock);
+    }
+    return true;
+  }
+
+ private:
+  static void ASSERT_EQ_OR_FAIL(wire::ParseError e) {
+    EXPECT_EQ(e, wire::ParseError::kOk) << wire::parse_error_name(e);
+  }
+  double loss_, dup_;
+  std::mt19937 rng_;
+};
+
+void Transfer(double loss, double dup, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed) {
+  SimNet net(loss, dup, seed);
+  Endpoint a, b;
+  const uint32_t ipa = 0x0A000001, ipb = 0x0A000002;
+  a.Init(&net.wire, &net.clock, 0x11, ipa, 64, 256, size_t{msg_len} * 2);
+  b.Init(&net.wire, &net.clock, 0x22, ipb, 64, 256, size_t{msg_len} * 2);
+  a.Connect(0x22, ipb, mtu);
+  b.Connect(0x11, ipa, mtu);
+  std::mt19937 rng(seed);
+  int sent = 0, received = 0, send_done = 0;
+  std::vector<queue::Cqe> cqes(64);
+  for (int m = 0; m < nmsgs; ++m) {
+    for (uint32_t i = 0; i < msg_len; ++i) a.buf[i] = static_cast<uint8_t>(rng());
+    std::memset(b.buf.data(), 0, msg_len);
+    b.PostRecv(1000 + m, 0, msg_len);
+    a.PostSend(m, 0, msg_len);
+    ++sent;
+    bool ok = net.Run(a, b, [&] {
+      int n = a.scq_c->Poll(cqes.data(), 64);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(cqes[i].status, queue::wc::kSuccess);
+        EXPECT_EQ(cqes[i].wr_id, static_cast<uint64_t>(m));
+        ++send_done;
+      }
+      n = b.rcq_c->Poll(cqes.data(), 64);
+      for (int i = 0; i < n; ++i) {
+        EXPECT_EQ(cqes[i].status, queue::wc::kSuccess);
+        EXPECT_EQ(cqes[i].byte_len, msg_len);
+        EXPECT_EQ(cqes[i].wr_id, static_cast<uint64_t>(1000 + m));
+        ++received;
+      }
+      return send_done == sent && received == sent;
+    });
+    ASSERT_TRUE(ok) << "message " << m << " never completed";
+    ASSERT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), msg_len)) << "message " << m;
+  }
+  EXPECT_EQ(a.qp->state(), QpState::kRts);
+  EXPECT_EQ(b.qp->state(), QpState::kRts);
+  if (loss == 0 && dup == 0) {
+    EXPECT_EQ(a.env->stats.completer_retry_err, 0u);
+    EXPECT_EQ(b.env->stats.duplicate_request, 0u);
+  }
+}
+
+TEST(TransportSim, LosslessSmallMessages) { Transfer(0, 0, 3, 1, 200, 1); }
+TEST(TransportSim, LosslessSegmented) { Transfer(0, 0, 3, 4096 * 3 + 5, 50, 2); }
+TEST(TransportSim, LossyRetransmits) { Transfer(0.05, 0, 1, 5000, 100, 3); }
+TEST(TransportSim, DuplicatesAreNotExecutedTwice) { Transfer(0, 0.1, 3, 3000, 100, 4); }
+TEST(TransportSim, LossAndDuplicates4096Mtu) { Transfer(0.03, 0.03, 5, 20000, 50, 5); }
+
+TEST(TransportSim, RnrNakThenRetry) {
+  SimNet net(0, 0, 9);
+  Endpoint a, b;
+  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
+  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
+  a.Connect(0x22, 0x0A000002, 3);
+  b.Connect(0x11, 0x0A000001, 3);
+  a.PostSend(7, 0, 100);
+  std::vector<queue::Cqe> c(8);
+  // No receive posted: the responder RNR-NAKs until one appears.
+  net.Run(a, b, [&] { return b.env->stats.send_rnr_err >= 3; });
+  b.PostRecv(70, 0, 100);
+  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
+  EXPECT_EQ(c[0].status, queue::wc::kSuccess);
+  ASSERT_EQ(b.rcq_c->Poll(c.data(), 8), 1);
+  EXPECT_EQ(c[0].wr_id, 70u);
+}
+
+TEST(TransportSim, BadLkeyCompletesWithProtectionErrorAndFlushes) {
+  SimNet net(0, 0, 10);
+  Endpoint a, b;
+  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
+  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
+  a.Connect(0x22, 0x0A000002, 3);
+  b.Connect(0x11, 0x0A000001, 3);
+  a.PostSend(1, 0, 100, /*lkey_override=*/0xBAD00);
+  a.PostSend(2, 0, 100);
+  std::vector<queue::Cqe> c(8);
+  int n = 0;
+  ASSERT_TRUE(net.Run(a, b, [&] {
+    n += a.scq_c->Poll(c.data() + n, 8 - n);
+    return n == 2;
+  }));
+  EXPECT_EQ(c[0].wr_id, 1u);
+  EXPECT_EQ(c[0].status, queue::wc::kLocProtErr);
+  EXPECT_EQ(c[1].wr_id, 2u);
+  EXPECT_EQ(c[1].status, queue::wc::kWrFlushErr);
+  EXPECT_EQ(a.qp->state(), QpState::kErr);
+}
+
+TEST(TransportSim, RecvTooSmallIsLocalLengthErrorAndRemoteInvalidRequest) {
+  SimNet net(0, 0, 11);
+  Endpoint a, b;
+  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
+  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
+  a.Connect(0x22, 0x0A000002, 3);
+  b.Connect(0x11, 0x0A000001, 3);
+  b.PostRecv(5, 0, 10);
+  a.PostSend(6, 0, 100);
+  std::vector<queue::Cqe> c(8);
+  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
+  EXPECT_EQ(c[0].status, queue::wc::kRemInvReqErr);
+  ASSERT_EQ(b.rcq_c->Poll(c.data(), 8), 1);
+  EXPECT_EQ(c[0].status, queue::wc::kLocLenErr);
+}
+
+TEST(QpStateMachine, RejectsMissingAndExtraAttributes) {
+  std::deque<SimFrame> wire;
+  uint64_t clock = 0;
+  Endpoint a;
+  a.Init(&wire, &clock, 0x11, 1, 16, 16, 64);
+  QpAttr attr;
+  attr.state = QpState::kInit;
+  // RESET→INIT for RC needs PKEY_INDEX, PORT and ACCESS_FLAGS.
+  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState | transport::kAttrPort));
+  // QKEY is not an RC attribute.
+  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState | transport::kAttrPkeyIndex |
+                                           transport::kAttrPort | transport::kAttrAccessFlags |
+                                           transport::kAttrQkey));
+  EXPECT_EQ(QpState::kReset, a.qp->state());
+  // RESET→RTR skips INIT.
+  attr.state = QpState::kRtr;
+  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState));
+  attr.state = QpState::kErr;
+  EXPECT_EQ(0, a.qp->Modify(attr, transport::kAttrState));
+  EXPECT_EQ(QpState::kErr, a.qp->state());
+}
+
+}  // namespace
+}  // namespace droce::test
