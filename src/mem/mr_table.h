@@ -36,6 +36,10 @@ class MrTable {
   absl::StatusOr<Mr> Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
                               uint32_t access);
   bool Deregister(uint32_t key);
+  const Mr* Find(uint32_t key) const {
+    auto it = mrs_.find(key);
+    return it == mrs_.end() ? nullptr : &it->second;
+  }
   size_t size() const { return mrs_.size(); }
 
   // Checks that [iova, iova+len) lies inside the MR named by `key`, on `pd`,

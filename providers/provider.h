@@ -1,0 +1,106 @@
+// Internal objects of the verbs provider. Every object droce hands to an
+// application embeds the libibverbs struct it stands for as its first member
+// (for the context: verbs_context as its last, as libibverbs requires), so
+// the pointer converts back without a lookup. droce never touches
+// libibverbs' private structures.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "cq/cq.h"
+#include "engine/device.h"
+
+namespace droce::provider {
+
+struct ContextState {
+  engine::Device* engine = nullptr;
+  std::mutex async_mu;
+  std::deque<ibv_async_event> async_events;
+};
+
+// Standard layout, so that offsetof is well defined.
+struct Context {
+  ContextState* s;
+  verbs_context vctx;  // must be last (verbs_get_ctx)
+};
+
+inline Context* to_ctx(ibv_context* c) {
+  return reinterpret_cast<Context*>(reinterpret_cast<char*>(c) -
+                                    offsetof(Context, vctx) - offsetof(verbs_context, context));
+}
+
+struct Pd {
+  ibv_pd pd;
+  uint32_t id = 0;
+};
+
+struct Mr {
+  ibv_mr mr;
+};
+
+struct Cq;
+
+// A completion channel: an eventfd (semaphore mode, so it stays readable
+// while events are pending) and the queue of CQs that have fired.
+struct Channel;
+struct ChannelNotifier : public cq::CqNotifier {
+  Channel* channel = nullptr;
+  void NotifyCq(uint64_t cookie) override;
+  void CqError(uint64_t cookie) override;
+};
+
+struct Channel {
+  ibv_comp_channel ch;  // first member: ibv_comp_channel* converts back
+  std::mutex mu;
+  std::deque<Cq*> events;
+  ChannelNotifier notifier;
+};
+
+// The notifier of a CQ without a channel: still reports overflow.
+struct CqAsync : public cq::CqNotifier {
+  void NotifyCq(uint64_t) override {}
+  void CqError(uint64_t cookie) override;
+};
+
+struct Cq {
+  ibv_cq cq;
+  engine::CqHandle handle;
+  std::unique_ptr<cq::CqConsumer> consumer;
+  std::mutex poll_mu;
+  std::atomic<uint32_t> events_reported{0};
+  CqAsync async_notifier;
+};
+
+inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
+
+struct Qp {
+  ibv_qp_ex qpx;  // qpx.qp_base is the ibv_qp
+  engine::QpHandle handle;
+  uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
+  std::mutex sq_mu, rq_mu;
+  uint32_t sq_prod = 0, rq_prod = 0;
+  // ibv_wr_* batch state (valid between wr_start and wr_complete/abort).
+  uint32_t wr_start_prod = 0;
+  uint8_t* wr_cur = nullptr;
+  int wr_err = 0;
+};
+
+inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
+inline Qp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
+
+// Datapath entry points placed in context->ops (verbs_datapath.cc).
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
+int req_notify_cq(ibv_cq* cq, int solicited_only);
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
+void init_qp_ex_ops(ibv_qp_ex* qpx);
+bool context_is_ours(ibv_context* c);
+
+void push_async_event(Context* ctx, const ibv_async_event& ev);
+
+}  // namespace droce::provider

@@ -1,0 +1,364 @@
+// The verbs fast path: post_send / post_recv write WQEs into the shared rings
+// and ring one doorbell per call; poll_cq reads CQEs without a system call.
+#include <sched.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "droce/droce.h"
+#include "provider.h"
+
+namespace droce::provider {
+namespace {
+
+// After this many empty polls in a row a polling thread yields its CPU once,
+// so that a busy-polling application and droce's worker can share a core.
+constexpr unsigned kEmptyPollsBeforeYield = 64;
+
+bool map_send_op(ibv_wr_opcode op, queue::WqeOp* out) {
+  switch (op) {
+    case IBV_WR_SEND: *out = queue::WqeOp::kSend; return true;
+    case IBV_WR_SEND_WITH_IMM: *out = queue::WqeOp::kSendImm; return true;
+    default: return false;  // RDMA, atomics, MW ops come with the full transport
+  }
+}
+
+uint8_t map_send_flags(unsigned flags) {
+  uint8_t f = 0;
+  if (flags & IBV_SEND_SIGNALED) f |= queue::kWqeSignaled;
+  if (flags & IBV_SEND_SOLICITED) f |= queue::kWqeSolicited;
+  if (flags & IBV_SEND_INLINE) f |= queue::kWqeInline;
+  if (flags & IBV_SEND_FENCE) f |= queue::kWqeFence;
+  return f;
+}
+
+bool sq_full(Qp* q) { return q->sq_prod - q->handle.sq.load_cons_acquire() >= q->handle.sq.size(); }
+
+}  // namespace
+
+int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
+  if (ibcq == nullptr || n < 0 || (n > 0 && wc == nullptr)) return -EINVAL;
+  Cq* cq = to_cq(ibcq);
+  queue::Cqe cqes[16];
+  int got = 0;
+  {
+    std::lock_guard<std::mutex> l(cq->poll_mu);
+    while (got < n) {
+      const int want = std::min(n - got, 16);
+      const int k = cq->consumer->Poll(cqes, want);
+      for (int i = 0; i < k; ++i) {
+        const queue::Cqe& c = cqes[i];
+        ibv_wc& w = wc[got + i];
+        w.wr_id = c.wr_id;
+        w.status = static_cast<ibv_wc_status>(c.status);
+        w.opcode = static_cast<ibv_wc_opcode>(c.opcode);
+        w.vendor_err = c.vendor_err;
+        w.byte_len = c.byte_len;
+        w.imm_data = c.imm_data;
+        w.qp_num = c.qp_num;
+        w.src_qp = c.src_qp;
+        w.wc_flags = c.wc_flags;
+        w.pkey_index = c.pkey_index;
+        w.slid = c.slid;
+        w.sl = c.sl;
+        w.dlid_path_bits = c.dlid_path_bits;
+      }
+      got += k;
+      if (k < want) break;
+    }
+  }
+  if (got == 0) {
+    static thread_local unsigned empty = 0;
+    if (++empty >= kEmptyPollsBeforeYield) {
+      empty = 0;
+      sched_yield();
+    }
+  }
+  return got;
+}
+
+int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  if (ibcq == nullptr) return EINVAL;
+  to_cq(ibcq)->consumer->Arm(solicited_only ? cq::kArmSolicited : cq::kArmNextComp);
+  return 0;
+}
+
+// Writes one send WQE at the producer index; returns 0 or an errno.
+static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
+  queue::WqeOp op;
+  if (!map_send_op(wr->opcode, &op)) return EINVAL;
+  if (wr->num_sge < 0) return EINVAL;
+  const bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+  if (!inl && static_cast<uint32_t>(wr->num_sge) > q->max_send_sge) return EINVAL;
+  if (sq_full(q)) return ENOMEM;
+  uint8_t* slot = q->handle.sq.slot(q->sq_prod);
+  queue::SendWqe w{};
+  w.wr_id = wr->wr_id;
+  w.op = op;
+  w.flags = map_send_flags(wr->send_flags);
+  w.imm_data = wr->imm_data;
+  if (inl) {
+    // Inline data is copied now; the application may reuse its buffers as
+    // soon as ibv_post_send returns.
+    size_t total = 0;
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+    if (total > q->max_inline) return EINVAL;
+    uint8_t* dst = slot + sizeof(queue::SendWqe);
+    for (int i = 0; i < wr->num_sge; ++i) {
+      std::memcpy(dst, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
+      dst += wr->sg_list[i].length;
+    }
+    w.inline_len = static_cast<uint32_t>(total);
+    w.num_sge = 0;
+  } else {
+    w.num_sge = static_cast<uint16_t>(wr->num_sge);
+    auto* sges = reinterpret_cast<queue::Sge*>(slot + sizeof(queue::SendWqe));
+    for (int i = 0; i < wr->num_sge; ++i) {
+      queue::Sge s{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      std::memcpy(&sges[i], &s, sizeof(s));
+    }
+  }
+  std::memcpy(slot, &w, sizeof(w));
+  ++q->sq_prod;
+  return 0;
+}
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  if (ibqp == nullptr) return EINVAL;
+  Qp* q = to_qp(ibqp);
+  int rc = 0;
+  {
+    std::lock_guard<std::mutex> l(q->sq_mu);
+    // Posting before RTS is an error (rxe: EINVAL); in ERR the WQEs complete
+    // as flushed.
+    if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR) {
+      rc = EINVAL;
+      if (bad) *bad = wr;
+      return rc;
+    }
+    const uint32_t start = q->sq_prod;
+    for (; wr != nullptr; wr = wr->next) {
+      if ((rc = write_send_wqe(q, wr)) != 0) {
+        if (bad) *bad = wr;
+        break;
+      }
+    }
+    // One release store publishes the whole list (ring.h P1), then one doorbell.
+    if (q->sq_prod != start) q->handle.sq.publish_prod(q->sq_prod);
+    else return rc;
+  }
+  to_ctx(ibqp->context)->s->engine->Doorbell(q->handle);
+  return rc;
+}
+
+int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (ibqp == nullptr) return EINVAL;
+  Qp* q = to_qp(ibqp);
+  int rc = 0;
+  {
+    std::lock_guard<std::mutex> l(q->rq_mu);
+    if (ibqp->state == IBV_QPS_RESET) {
+      if (bad) *bad = wr;
+      return EINVAL;
+    }
+    const uint32_t start = q->rq_prod;
+    queue::Ring& rq = q->handle.rq;
+    for (; wr != nullptr; wr = wr->next) {
+      if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->max_recv_sge) {
+        rc = EINVAL;
+      } else if (q->rq_prod - rq.load_cons_acquire() >= rq.size()) {
+        rc = ENOMEM;
+      }
+      if (rc != 0) {
+        if (bad) *bad = wr;
+        break;
+      }
+      uint8_t* slot = rq.slot(q->rq_prod);
+      queue::RecvWqe w{wr->wr_id, static_cast<uint32_t>(wr->num_sge), 0};
+      std::memcpy(slot, &w, sizeof(w));
+      auto* sges = reinterpret_cast<queue::Sge*>(slot + sizeof(queue::RecvWqe));
+      for (int i = 0; i < wr->num_sge; ++i) {
+        queue::Sge s{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+        std::memcpy(&sges[i], &s, sizeof(s));
+      }
+      ++q->rq_prod;
+    }
+    if (q->rq_prod != start) rq.publish_prod(q->rq_prod);
+    else return rc;
+  }
+  to_ctx(ibqp->context)->s->engine->Doorbell(q->handle);
+  return rc;
+}
+
+// ---- ibv_wr_* (extended QP API) ----
+// The QP's send lock is held from wr_start to wr_complete/wr_abort, as
+// rdma-core's providers do; WQEs become visible only at wr_complete.
+
+namespace {
+
+queue::SendWqe* cur_wqe(Qp* q) { return reinterpret_cast<queue::SendWqe*>(q->wr_cur); }
+
+void wr_begin(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t imm) {
+  Qp* q = to_qp(qpx);
+  if (q->wr_err) return;
+  if (sq_full(q)) {
+    q->wr_err = ENOMEM;
+    return;
+  }
+  q->wr_cur = q->handle.sq.slot(q->sq_prod);
+  queue::SendWqe w{};
+  w.wr_id = qpx->wr_id;
+  w.op = op;
+  w.flags = map_send_flags(qpx->wr_flags);
+  w.imm_data = imm;
+  std::memcpy(q->wr_cur, &w, sizeof(w));
+  ++q->sq_prod;
+}
+
+void wr_start(ibv_qp_ex* qpx) {
+  Qp* q = to_qp(qpx);
+  q->sq_mu.lock();
+  q->wr_start_prod = q->sq_prod;
+  q->wr_cur = nullptr;
+  q->wr_err = (qpx->qp_base.state == IBV_QPS_RTS || qpx->qp_base.state == IBV_QPS_ERR) ? 0 : EINVAL;
+}
+
+int wr_complete(ibv_qp_ex* qpx) {
+  Qp* q = to_qp(qpx);
+  const int err = q->wr_err;
+  bool ring = false;
+  if (err != 0) {
+    q->sq_prod = q->wr_start_prod;  // nothing of the batch is posted
+  } else if (q->sq_prod != q->wr_start_prod) {
+    q->handle.sq.publish_prod(q->sq_prod);
+    ring = true;
+  }
+  q->wr_cur = nullptr;
+  q->sq_mu.unlock();
+  if (ring) to_ctx(qpx->qp_base.context)->s->engine->Doorbell(q->handle);
+  return err;
+}
+
+void wr_abort(ibv_qp_ex* qpx) {
+  Qp* q = to_qp(qpx);
+  q->sq_prod = q->wr_start_prod;
+  q->wr_cur = nullptr;
+  q->sq_mu.unlock();
+}
+
+void wr_send(ibv_qp_ex* qpx) { wr_begin(qpx, queue::WqeOp::kSend, 0); }
+void wr_send_imm(ibv_qp_ex* qpx, __be32 imm) { wr_begin(qpx, queue::WqeOp::kSendImm, imm); }
+
+void wr_set_sge_list(ibv_qp_ex* qpx, size_t n, const ibv_sge* list) {
+  Qp* q = to_qp(qpx);
+  if (q->wr_err || q->wr_cur == nullptr) {
+    if (!q->wr_err) q->wr_err = EINVAL;
+    return;
+  }
+  if (n > q->max_send_sge) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  queue::SendWqe* w = cur_wqe(q);
+  auto* sges = reinterpret_cast<queue::Sge*>(q->wr_cur + sizeof(queue::SendWqe));
+  for (size_t i = 0; i < n; ++i) {
+    queue::Sge s{list[i].addr, list[i].length, list[i].lkey};
+    std::memcpy(&sges[i], &s, sizeof(s));
+  }
+  w->num_sge = static_cast<uint16_t>(n);
+  w->flags &= static_cast<uint8_t>(~queue::kWqeInline);
+}
+
+void wr_set_sge(ibv_qp_ex* qpx, uint32_t lkey, uint64_t addr, uint32_t length) {
+  ibv_sge s{addr, length, lkey};
+  wr_set_sge_list(qpx, 1, &s);
+}
+
+void wr_set_inline_data_list(ibv_qp_ex* qpx, size_t n, const ibv_data_buf* bufs) {
+  Qp* q = to_qp(qpx);
+  if (q->wr_err || q->wr_cur == nullptr) {
+    if (!q->wr_err) q->wr_err = EINVAL;
+    return;
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += bufs[i].length;
+  if (total > q->max_inline) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  uint8_t* dst = q->wr_cur + sizeof(queue::SendWqe);
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(dst, bufs[i].addr, bufs[i].length);
+    dst += bufs[i].length;
+  }
+  queue::SendWqe* w = cur_wqe(q);
+  w->inline_len = static_cast<uint32_t>(total);
+  w->num_sge = 0;
+  w->flags |= queue::kWqeInline;
+}
+
+void wr_set_inline_data(ibv_qp_ex* qpx, void* addr, size_t length) {
+  ibv_data_buf b{addr, length};
+  wr_set_inline_data_list(qpx, 1, &b);
+}
+
+// Operations this release does not implement make the batch fail with
+// EOPNOTSUPP at wr_complete, instead of doing nothing silently.
+void wr_unsupported(ibv_qp_ex* qpx) {
+  Qp* q = to_qp(qpx);
+  if (!q->wr_err) q->wr_err = EOPNOTSUPP;
+}
+void wr_rdma_write(ibv_qp_ex* q, uint32_t, uint64_t) { wr_unsupported(q); }
+void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t, uint64_t, __be32) { wr_unsupported(q); }
+void wr_rdma_read(ibv_qp_ex* q, uint32_t, uint64_t) { wr_unsupported(q); }
+void wr_cmp_swp(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t, uint64_t) { wr_unsupported(q); }
+void wr_fetch_add(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t) { wr_unsupported(q); }
+void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { wr_unsupported(q); }
+void wr_local_inv(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
+void wr_send_inv(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
+void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
+void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah*, uint32_t, uint32_t) { wr_unsupported(q); }
+void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
+void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { wr_unsupported(q); }
+
+}  // namespace
+
+void init_qp_ex_ops(ibv_qp_ex* x) {
+  x->wr_start = wr_start;
+  x->wr_complete = wr_complete;
+  x->wr_abort = wr_abort;
+  x->wr_send = wr_send;
+  x->wr_send_imm = wr_send_imm;
+  x->wr_set_sge = wr_set_sge;
+  x->wr_set_sge_list = wr_set_sge_list;
+  x->wr_set_inline_data = wr_set_inline_data;
+  x->wr_set_inline_data_list = wr_set_inline_data_list;
+  x->wr_rdma_write = wr_rdma_write;
+  x->wr_rdma_write_imm = wr_rdma_write_imm;
+  x->wr_rdma_read = wr_rdma_read;
+  x->wr_atomic_cmp_swp = wr_cmp_swp;
+  x->wr_atomic_fetch_add = wr_fetch_add;
+  x->wr_bind_mw = wr_bind_mw;
+  x->wr_local_inv = wr_local_inv;
+  x->wr_send_inv = wr_send_inv;
+  x->wr_send_tso = wr_send_tso;
+  x->wr_set_ud_addr = wr_set_ud_addr;
+  x->wr_set_xrc_srqn = wr_set_xrc_srqn;
+  x->wr_atomic_write = wr_atomic_write;
+}
+
+}  // namespace droce::provider
+
+extern "C" int droce_req_notify_cq(ibv_cq* cq, unsigned int flags) {
+  using namespace droce;
+  if (cq == nullptr || cq->context == nullptr || !provider::context_is_ours(cq->context)) {
+    return -EINVAL;
+  }
+  const unsigned how = flags & (DROCE_CQ_SOLICITED | DROCE_CQ_NEXT_COMP);
+  if ((flags & ~(DROCE_CQ_SOLICITED | DROCE_CQ_NEXT_COMP | DROCE_CQ_REPORT_MISSED_EVENTS)) ||
+      (how != DROCE_CQ_SOLICITED && how != DROCE_CQ_NEXT_COMP)) {
+    return -EINVAL;
+  }
+  const int missed = provider::to_cq(cq)->consumer->Arm(how);
+  return (flags & DROCE_CQ_REPORT_MISSED_EVENTS) ? missed : 0;
+}

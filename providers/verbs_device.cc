@@ -1,0 +1,376 @@
+// Devices, contexts and queries: ibv_get_device_list … ibv_query_gid.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "common/log.h"
+#include "engine/config.h"
+#include "provider.h"
+
+using droce::provider::Context;
+using droce::provider::ContextState;
+using droce::provider::to_ctx;
+
+namespace droce::provider {
+namespace {
+
+constexpr const char* kIbdevPath = "/sys/class/infiniband/droce0";
+
+ibv_device* the_device() {
+  static ibv_device dev = [] {
+    ibv_device d{};
+    d.node_type = IBV_NODE_CA;
+    d.transport_type = IBV_TRANSPORT_IB;
+    std::snprintf(d.name, sizeof(d.name), "droce0");
+    std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs-droce0");
+    std::snprintf(d.dev_path, sizeof(d.dev_path), "/sys/class/infiniband_verbs/uverbs-droce0");
+    std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s", kIbdevPath);
+    return d;
+  }();
+  return &dev;
+}
+
+bool is_ours(ibv_context* c) {
+  return c != nullptr && c->device == the_device() && c->abi_compat == __VERBS_ABI_IS_EXTENDED;
+}
+
+// Reports a configuration or start-up problem once, on one line.
+void report_once(const std::string& msg) {
+  static std::once_flag once;
+  std::call_once(once, [&] { std::fprintf(stderr, "droce: %s\n", msg.c_str()); });
+}
+
+uint64_t node_guid_host(const engine::PortInfo& p) {
+  // EUI-64 from the MAC, as RoCE NICs derive it.
+  const auto& m = p.mac;
+  return (uint64_t{static_cast<uint8_t>(m[0] ^ 2)} << 56) | (uint64_t{m[1]} << 48) |
+         (uint64_t{m[2]} << 40) | (uint64_t{0xFF} << 32) | (uint64_t{0xFE} << 24) |
+         (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
+}
+
+void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "droce-0.1.0");
+  a->node_guid = htobe64(node_guid_host(p));
+  a->sys_image_guid = a->node_guid;
+  a->max_mr_size = engine::Limits::kMaxMrSize;
+  a->page_size_cap = 0xFFFFF000;
+  a->vendor_id = 0;  // no IEEE OUI of its own; perftest treats it as generic
+  a->vendor_part_id = 0;
+  a->hw_ver = 0;
+  a->max_qp = engine::Limits::kMaxQp;
+  a->max_qp_wr = engine::Limits::kMaxQpWr;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                        IBV_DEVICE_SYS_IMAGE_GUID;
+  a->max_sge = engine::Limits::kMaxSge;
+  a->max_sge_rd = engine::Limits::kMaxSge;
+  a->max_cq = engine::Limits::kMaxCq;
+  a->max_cqe = engine::Limits::kMaxCqe;
+  a->max_mr = engine::Limits::kMaxMr;
+  a->max_pd = engine::Limits::kMaxPd;
+  a->max_qp_rd_atom = 0;  // RDMA READ and atomics are not implemented yet
+  a->max_res_rd_atom = 0;
+  a->max_qp_init_rd_atom = 0;
+  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 15;
+  a->phys_port_cnt = 1;
+}
+
+void fill_port_attr(const engine::PortInfo& p, ibv_port_attr* a) {
+  std::memset(a, 0, sizeof(*a));
+  a->state = IBV_PORT_ACTIVE;
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = static_cast<ibv_mtu>(p.active_mtu);
+  a->gid_tbl_len = 1;
+  a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
+  a->max_msg_sz = 0x80000000u;
+  a->pkey_tbl_len = 1;
+  a->lid = 0;
+  a->sm_lid = 0;
+  a->lmc = 0;
+  a->max_vl_num = 1;
+  a->active_width = 1;   // 1X
+  a->active_speed = 32;  // EDR-class lane, as rxe reports for 25G+ links
+  a->phys_state = 5;     // LinkUp
+  a->link_layer = IBV_LINK_LAYER_ETHERNET;
+}
+
+int query_port_ex(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len) {
+  if (!is_ours(c) || attr == nullptr) return EINVAL;
+  if (port != 1) return EINVAL;
+  ibv_port_attr a;
+  fill_port_attr(to_ctx(c)->s->engine->port(), &a);
+  std::memcpy(attr, &a, std::min(len, sizeof(a)));
+  return 0;
+}
+
+int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device_attr_ex* attr,
+                    size_t len) {
+  if (!is_ours(c) || attr == nullptr || len < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex a{};
+  fill_device_attr(to_ctx(c)->s->engine->port(), &a.orig_attr);
+  std::memcpy(attr, &a, std::min(len, sizeof(a)));
+  return 0;
+}
+
+ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
+
+int post_srq_recv_unsupported(ibv_srq*, ibv_recv_wr*, ibv_recv_wr** bad) {
+  if (bad) *bad = nullptr;
+  return EOPNOTSUPP;
+}
+ibv_mw* alloc_mw_unsupported(ibv_pd*, ibv_mw_type) {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+int bind_mw_unsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
+int dealloc_mw_unsupported(ibv_mw*) { return EOPNOTSUPP; }
+
+}  // namespace
+
+bool context_is_ours(ibv_context* c) { return is_ours(c); }
+ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
+
+void push_async_event(Context* ctx, const ibv_async_event& ev) {
+  {
+    std::lock_guard<std::mutex> l(ctx->s->async_mu);
+    ctx->s->async_events.push_back(ev);
+  }
+  const uint64_t one = 1;
+  (void)!write(ctx->vctx.context.async_fd, &one, sizeof(one));
+}
+
+namespace {
+ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr) { return create_qp_ex_impl(c, attr); }
+}  // namespace
+
+}  // namespace droce::provider
+
+using namespace droce::provider;
+
+extern "C" {
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  auto cfg = droce::engine::Device::CheckConfig();
+  if (!cfg.ok()) {
+    report_once(std::string(cfg.status().message()));
+    if (num_devices) *num_devices = 0;
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  if (list == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  list[0] = the_device();
+  if (num_devices) *num_devices = 1;
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) { free(list); }
+
+const char* ibv_get_device_name(ibv_device* device) { return device ? device->name : nullptr; }
+
+int ibv_get_device_index(ibv_device* device) { return device == the_device() ? 0 : -1; }
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  if (device != the_device()) return 0;
+  auto dev = droce::engine::Device::Instance();
+  if (!dev.ok()) return 0;
+  return htobe64(node_guid_host((*dev)->port()));
+}
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (device != the_device()) {
+    errno = ENODEV;
+    return nullptr;
+  }
+  auto dev = droce::engine::Device::Instance();
+  if (!dev.ok()) {
+    report_once(std::string(dev.status().message()));
+    errno = dev.status().code() == absl::StatusCode::kInvalidArgument ? EINVAL : EIO;
+    return nullptr;
+  }
+  auto* ctx = new (std::nothrow) Context();
+  if (ctx == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::memset(&ctx->vctx, 0, sizeof(ctx->vctx));
+  ctx->s = new ContextState();
+  ctx->s->engine = *dev;
+  verbs_context& v = ctx->vctx;
+  ibv_context& c = v.context;
+  c.device = device;
+  c.cmd_fd = -1;
+  c.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (c.async_fd < 0) {
+    const int e = errno;
+    delete ctx->s;
+    delete ctx;
+    errno = e;
+    return nullptr;
+  }
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.ops.poll_cq = poll_cq;
+  c.ops.req_notify_cq = req_notify_cq;
+  c.ops.post_send = post_send;
+  c.ops.post_recv = post_recv;
+  c.ops.post_srq_recv = post_srq_recv_unsupported;
+  c.ops.alloc_mw = alloc_mw_unsupported;
+  c.ops.bind_mw = bind_mw_unsupported;
+  c.ops.dealloc_mw = dealloc_mw_unsupported;
+  v.sz = sizeof(verbs_context);
+  v.query_port = query_port_ex;
+  v.query_device_ex = query_device_ex;
+  v.create_qp_ex = create_qp_ex_op;
+  return &c;
+}
+
+int ibv_close_device(ibv_context* context) {
+  if (!is_ours(context)) return EINVAL;
+  Context* ctx = to_ctx(context);
+  close(context->async_fd);
+  pthread_mutex_destroy(&context->mutex);
+  delete ctx->s;
+  delete ctx;
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  if (!is_ours(context) || attr == nullptr) return EINVAL;
+  fill_device_attr(to_ctx(context)->s->engine->port(), attr);
+  return 0;
+}
+
+// The exported symbol behind the ibv_query_port() macro's fallback path.
+int (ibv_query_port)(ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* attr) {
+  return query_port_ex(context, port_num, reinterpret_cast<ibv_port_attr*>(attr), sizeof(ibv_port_attr));
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid) {
+  if (!is_ours(context) || port_num != 1 || index != 0 || gid == nullptr) return -1;
+  std::memcpy(gid->raw, to_ctx(context)->s->engine->port().gid, 16);
+  return 0;
+}
+
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                      ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (!is_ours(context) || flags != 0 || entry == nullptr) return EINVAL;
+  if (port_num != 1) return EINVAL;
+  if (gid_index != 0) return ENODATA;
+  ibv_gid_entry e{};
+  std::memcpy(e.gid.raw, to_ctx(context)->s->engine->port().gid, 16);
+  e.gid_index = 0;
+  e.port_num = 1;
+  e.gid_type = IBV_GID_TYPE_ROCE_V2;
+  e.ndev_ifindex = 0;
+  std::memcpy(entry, &e, std::min(entry_size, sizeof(e)));
+  return 0;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                             uint32_t flags, size_t entry_size) {
+  if (!is_ours(context) || flags != 0) return -EINVAL;
+  if (max_entries < 1) return -EINVAL;
+  int rc = _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size);
+  return rc == 0 ? 1 : -rc;
+}
+
+// rdma-core's private ibv_query_gid_type (IBVERBS_PRIVATE_*), which
+// ibv_devinfo imports; 1 is IBV_GID_TYPE_SYSFS_ROCE_V2.
+int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+  if (!is_ours(context) || port_num != 1 || index != 0 || type == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  *type = 1;
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  if (!is_ours(context) || port_num != 1 || index != 0 || pkey == nullptr) return -1;
+  *pkey = htobe16(0xFFFF);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  if (!is_ours(context) || port_num != 1) return -1;
+  return (be16toh(pkey) & 0x7FFF) == 0x7FFF ? 0 : -1;
+}
+
+// Serves droce0's few sysfs attributes; other paths read the real file, as
+// libibverbs' version does.
+int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
+  if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) return -1;
+  if (std::strncmp(dir, kIbdevPath, std::strlen(kIbdevPath)) == 0) {
+    std::string f = file;
+    std::string value;
+    if (f == "board_id") value = "droce";
+    else if (f == "fw_ver") value = "droce-0.1.0";
+    else if (f == "node_type") value = "1: CA";
+    else if (f == "hw_rev") value = "0";
+    else if (f == "ports/1/gid_attrs/types/0") value = "RoCE v2";
+    else return -1;
+    const size_t n = std::min(size - 1, value.size());
+    std::memcpy(buf, value.data(), n);
+    buf[n] = '\0';
+    return static_cast<int>(n);
+  }
+  std::string path = std::string(dir) + "/" + file;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t len = read(fd, buf, size);
+  close(fd);
+  if (len <= 0) return -1;
+  if (static_cast<size_t>(len) < size) buf[len] = '\0';
+  if (buf[len - 1] == '\n') buf[--len] = '\0';
+  return static_cast<int>(len);
+}
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (!is_ours(context) || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  uint64_t v;
+  if (read(context->async_fd, &v, sizeof(v)) != sizeof(v)) return -1;  // errno: EAGAIN if O_NONBLOCK
+  Context* ctx = to_ctx(context);
+  std::lock_guard<std::mutex> l(ctx->s->async_mu);
+  if (ctx->s->async_events.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  *event = ctx->s->async_events.front();
+  ctx->s->async_events.pop_front();
+  return 0;
+}
+
+void ibv_ack_async_event(ibv_async_event* event) {
+  if (event == nullptr) return;
+  // CQ and QP async events are counted so destroy can wait for them.
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      pthread_mutex_lock(&cq->mutex);
+      ++cq->async_events_completed;
+      pthread_cond_signal(&cq->cond);
+      pthread_mutex_unlock(&cq->mutex);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+}  // extern "C"

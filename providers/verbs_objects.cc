@@ -1,0 +1,472 @@
+// Protection domains, memory regions, completion channels, CQs and QPs.
+#include <fcntl.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "provider.h"
+
+namespace droce::provider {
+
+bool context_is_ours(ibv_context* c);
+
+namespace {
+
+int status_errno(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument: return EINVAL;
+    case absl::StatusCode::kNotFound: return EINVAL;
+    case absl::StatusCode::kFailedPrecondition: return EBUSY;
+    case absl::StatusCode::kResourceExhausted: return ENOMEM;
+    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
+    default: return EIO;
+  }
+}
+
+engine::Device* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
+
+transport::QpAttr to_attr(const ibv_qp_attr& a) {
+  transport::QpAttr t;
+  t.state = static_cast<transport::QpState>(a.qp_state);
+  t.cur_state = static_cast<transport::QpState>(a.cur_qp_state);
+  t.access_flags = a.qp_access_flags;
+  t.pkey_index = a.pkey_index;
+  t.port_num = a.port_num;
+  t.qkey = a.qkey;
+  std::memcpy(t.av.dgid, a.ah_attr.grh.dgid.raw, 16);
+  t.av.flow_label = a.ah_attr.grh.flow_label;
+  t.av.sgid_index = a.ah_attr.grh.sgid_index;
+  t.av.hop_limit = a.ah_attr.grh.hop_limit;
+  t.av.traffic_class = a.ah_attr.grh.traffic_class;
+  t.av.sl = a.ah_attr.sl;
+  t.av.is_global = a.ah_attr.is_global;
+  t.av.port_num = a.ah_attr.port_num;
+  t.av.dlid = a.ah_attr.dlid;
+  t.path_mtu = static_cast<uint8_t>(a.path_mtu);
+  t.timeout = a.timeout;
+  t.retry_cnt = a.retry_cnt;
+  t.rnr_retry = a.rnr_retry;
+  t.rq_psn = a.rq_psn;
+  t.max_rd_atomic = a.max_rd_atomic;
+  t.min_rnr_timer = a.min_rnr_timer;
+  t.sq_psn = a.sq_psn;
+  t.max_dest_rd_atomic = a.max_dest_rd_atomic;
+  t.dest_qpn = a.dest_qp_num;
+  return t;
+}
+
+void from_attr(const transport::QpAttr& t, ibv_qp_attr* a) {
+  std::memset(a, 0, sizeof(*a));
+  a->qp_state = static_cast<ibv_qp_state>(t.state);
+  a->cur_qp_state = a->qp_state;
+  a->path_mtu = static_cast<ibv_mtu>(t.path_mtu);
+  a->path_mig_state = IBV_MIG_MIGRATED;
+  a->qkey = t.qkey;
+  a->rq_psn = t.rq_psn;
+  a->sq_psn = t.sq_psn;
+  a->dest_qp_num = t.dest_qpn;
+  a->qp_access_flags = t.access_flags;
+  std::memcpy(a->ah_attr.grh.dgid.raw, t.av.dgid, 16);
+  a->ah_attr.grh.flow_label = t.av.flow_label;
+  a->ah_attr.grh.sgid_index = t.av.sgid_index;
+  a->ah_attr.grh.hop_limit = t.av.hop_limit;
+  a->ah_attr.grh.traffic_class = t.av.traffic_class;
+  a->ah_attr.sl = t.av.sl;
+  a->ah_attr.is_global = t.av.is_global;
+  a->ah_attr.port_num = t.av.port_num;
+  a->ah_attr.dlid = t.av.dlid;
+  a->pkey_index = t.pkey_index;
+  a->max_rd_atomic = t.max_rd_atomic;
+  a->max_dest_rd_atomic = t.max_dest_rd_atomic;
+  a->min_rnr_timer = t.min_rnr_timer;
+  a->port_num = t.port_num;
+  a->timeout = t.timeout;
+  a->retry_cnt = t.retry_cnt;
+  a->rnr_retry = t.rnr_retry;
+}
+
+}  // namespace
+
+void ChannelNotifier::NotifyCq(uint64_t cookie) {
+  Cq* cq = reinterpret_cast<Cq*>(cookie);
+  cq->events_reported.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> l(channel->mu);
+    channel->events.push_back(cq);
+  }
+  const uint64_t one = 1;
+  (void)!write(channel->ch.fd, &one, sizeof(one));
+}
+
+void ChannelNotifier::CqError(uint64_t cookie) {
+  Cq* cq = reinterpret_cast<Cq*>(cookie);
+  ibv_async_event ev{};
+  ev.element.cq = &cq->cq;
+  ev.event_type = IBV_EVENT_CQ_ERR;
+  push_async_event(to_ctx(cq->cq.context), ev);
+}
+
+void CqAsync::CqError(uint64_t cookie) {
+  Cq* cq = reinterpret_cast<Cq*>(cookie);
+  ibv_async_event ev{};
+  ev.element.cq = &cq->cq;
+  ev.event_type = IBV_EVENT_CQ_ERR;
+  push_async_event(to_ctx(cq->cq.context), ev);
+}
+
+ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, bool ex) {
+  if (!context_is_ours(c) || pd == nullptr || attr == nullptr || attr->send_cq == nullptr ||
+      attr->recv_cq == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->srq != nullptr) {
+    errno = EOPNOTSUPP;  // SRQ comes with the full transport
+    return nullptr;
+  }
+  if (attr->qp_type != IBV_QPT_RC) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  if (ex && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+      (attr->send_ops_flags & ~kSupportedOps)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  engine::QpCreateArgs a;
+  a.type = transport::QpType::kRc;
+  a.pd = reinterpret_cast<Pd*>(pd)->id;
+  a.send_cq = to_cq(attr->send_cq)->handle.id;
+  a.recv_cq = to_cq(attr->recv_cq)->handle.id;
+  a.max_send_wr = attr->cap.max_send_wr;
+  a.max_recv_wr = attr->cap.max_recv_wr;
+  a.max_send_sge = attr->cap.max_send_sge;
+  a.max_recv_sge = attr->cap.max_recv_sge;
+  a.max_inline = attr->cap.max_inline_data;
+  a.sq_sig_all = attr->sq_sig_all != 0;
+  auto h = engine_of(c)->CreateQp(a);
+  if (!h.ok()) {
+    errno = status_errno(h.status());
+    return nullptr;
+  }
+  auto* qp = new Qp();
+  std::memset(&qp->qpx, 0, sizeof(qp->qpx));
+  qp->handle = *h;
+  qp->max_send_sge = h->caps.max_send_sge;
+  qp->max_recv_sge = h->caps.max_recv_sge;
+  qp->max_inline = h->caps.max_inline;
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = c;
+  q.qp_context = attr->qp_context;
+  q.pd = pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = nullptr;
+  q.handle = h->qpn;
+  q.qp_num = h->qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = attr->qp_type;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  init_qp_ex_ops(&qp->qpx);
+  // Report the capabilities actually granted (ibv_create_qp(3)).
+  attr->cap.max_send_wr = h->caps.max_send_wr;
+  attr->cap.max_recv_wr = h->caps.max_recv_wr;
+  attr->cap.max_send_sge = h->caps.max_send_sge;
+  attr->cap.max_recv_sge = h->caps.max_recv_sge;
+  attr->cap.max_inline_data = h->caps.max_inline;
+  return &q;
+}
+
+ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
+  if (attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (attr->comp_mask & ~(uint32_t{IBV_QP_INIT_ATTR_PD} | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  return create_qp_common(c, attr->pd, attr, true);
+}
+
+}  // namespace droce::provider
+
+using namespace droce::provider;
+
+extern "C" {
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  if (!context_is_ours(context)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto id = engine_of(context)->AllocPd();
+  if (!id.ok()) {
+    errno = status_errno(id.status());
+    return nullptr;
+  }
+  auto* pd = new Pd();
+  pd->pd.context = context;
+  pd->pd.handle = *id;
+  pd->id = *id;
+  return &pd->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* pd) {
+  if (pd == nullptr) return EINVAL;
+  Pd* p = reinterpret_cast<Pd*>(pd);
+  if (int rc = status_errno(engine_of(pd->context)->DeallocPd(p->id)); rc != 0) return rc;
+  delete p;
+  return 0;
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  if (pd == nullptr || (addr == nullptr && length != 0)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                              IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
+  if (access & ~kKnown & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto mr = engine_of(pd->context)
+                ->RegMr(reinterpret_cast<Pd*>(pd)->id, reinterpret_cast<uint64_t>(addr), length,
+                        iova, access & 0x1F);
+  if (!mr.ok()) {
+    errno = status_errno(mr.status());
+    return nullptr;
+  }
+  auto* m = new Mr();
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.handle = mr->key;
+  m->mr.lkey = mr->key;
+  m->mr.rkey = mr->key;
+  return &m->mr;
+}
+
+ibv_mr* (ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uint64_t>(addr),
+                          static_cast<unsigned>(access));
+}
+
+ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  if (mr == nullptr) return EINVAL;
+  if (int rc = status_errno(engine_of(mr->context)->DeregMr(mr->lkey)); rc != 0) return rc;
+  delete reinterpret_cast<Mr*>(mr);
+  return 0;
+}
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (!context_is_ours(context)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  int fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  if (fd < 0) return nullptr;
+  auto* ch = new Channel();
+  ch->ch.context = context;
+  ch->ch.fd = fd;
+  ch->ch.refcnt = 0;
+  ch->notifier.channel = ch;
+  return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr) return EINVAL;
+  Channel* ch = reinterpret_cast<Channel*>(channel);
+  {
+    std::lock_guard<std::mutex> l(ch->mu);
+    if (channel->refcnt != 0) return EBUSY;  // CQs still use it
+  }
+  close(channel->fd);
+  delete ch;
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  if (!context_is_ours(context) || cqe <= 0 || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new Cq();
+  droce::cq::CqNotifier* notifier = &cq->async_notifier;
+  if (channel != nullptr) {
+    Channel* ch = reinterpret_cast<Channel*>(channel);
+    notifier = &ch->notifier;
+  }
+  auto h = to_ctx(context)->s->engine->CreateCq(static_cast<uint32_t>(cqe), notifier,
+                                                reinterpret_cast<uint64_t>(cq));
+  if (!h.ok()) {
+    delete cq;
+    errno = status_errno(h.status());
+    return nullptr;
+  }
+  if (channel != nullptr) {
+    Channel* ch = reinterpret_cast<Channel*>(channel);
+    std::lock_guard<std::mutex> l(ch->mu);
+    ++channel->refcnt;
+  }
+  cq->handle = *h;
+  cq->consumer = std::make_unique<droce::cq::CqConsumer>(h->region);
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.handle = h->id;
+  cq->cq.cqe = static_cast<int>(h->region->capacity());
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  cq->cq.comp_events_completed = 0;
+  cq->cq.async_events_completed = 0;
+  return &cq->cq;
+}
+
+int ibv_destroy_cq(ibv_cq* cq) {
+  if (cq == nullptr) return EINVAL;
+  Cq* c = to_cq(cq);
+  if (int rc = status_errno(to_ctx(cq->context)->s->engine->DestroyCq(c->handle.id)); rc != 0) {
+    return rc;
+  }
+  // As libibverbs does: wait until every event reported for this CQ has been
+  // acknowledged with ibv_ack_cq_events (ibv_destroy_cq(3)).
+  pthread_mutex_lock(&cq->mutex);
+  while (cq->comp_events_completed != c->events_reported.load(std::memory_order_relaxed)) {
+    pthread_cond_wait(&cq->cond, &cq->mutex);
+  }
+  pthread_mutex_unlock(&cq->mutex);
+  if (cq->channel != nullptr) {
+    Channel* ch = reinterpret_cast<Channel*>(cq->channel);
+    std::lock_guard<std::mutex> l(ch->mu);
+    --cq->channel->refcnt;
+  }
+  delete c;
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (channel == nullptr || cq == nullptr || cq_context == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  uint64_t v;
+  // Blocks, or fails with EAGAIN if the application made the fd O_NONBLOCK.
+  if (read(channel->fd, &v, sizeof(v)) != sizeof(v)) return -1;
+  Channel* ch = reinterpret_cast<Channel*>(channel);
+  std::lock_guard<std::mutex> l(ch->mu);
+  if (ch->events.empty()) {
+    errno = EAGAIN;
+    return -1;
+  }
+  Cq* c = ch->events.front();
+  ch->events.pop_front();
+  *cq = &c->cq;
+  *cq_context = c->cq.cq_context;
+  return 0;
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (cq == nullptr) return;
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_qp_init_attr_ex ex{};
+  ex.qp_context = attr->qp_context;
+  ex.send_cq = attr->send_cq;
+  ex.recv_cq = attr->recv_cq;
+  ex.srq = attr->srq;
+  ex.cap = attr->cap;
+  ex.qp_type = attr->qp_type;
+  ex.sq_sig_all = attr->sq_sig_all;
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = create_qp_common(pd->context, pd, &ex, false);
+  if (qp != nullptr) attr->cap = ex.cap;
+  return qp;
+}
+
+int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  if (qp == nullptr || attr == nullptr) return EINVAL;
+  Qp* q = to_qp(qp);
+  if (attr_mask & ~0x3FFFFF) return EINVAL;  // bits libibverbs does not define
+  if (attr_mask & IBV_QP_CAP) return EINVAL;  // resizing a QP is not supported (nor by rxe)
+  // Hold both queue locks so that posting sees a consistent state.
+  std::scoped_lock l(q->sq_mu, q->rq_mu);
+  int rc = engine_of(qp->context)->ModifyQp(qp->qp_num, to_attr(*attr), static_cast<uint32_t>(attr_mask));
+  if (rc != 0) return rc;
+  if (attr_mask & IBV_QP_STATE) {
+    qp->state = attr->qp_state;
+    if (attr->qp_state == IBV_QPS_RESET) {
+      q->sq_prod = q->handle.sq.load_prod_relaxed();
+      q->rq_prod = q->handle.rq.load_prod_relaxed();
+    }
+  }
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  (void)attr_mask;  // everything is returned, as providers may
+  if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
+  Qp* q = to_qp(qp);
+  auto a = engine_of(qp->context)->QueryQp(qp->qp_num);
+  if (!a.ok()) return status_errno(a.status());
+  from_attr(*a, attr);
+  attr->cap.max_send_wr = q->handle.caps.max_send_wr;
+  attr->cap.max_recv_wr = q->handle.caps.max_recv_wr;
+  attr->cap.max_send_sge = q->handle.caps.max_send_sge;
+  attr->cap.max_recv_sge = q->handle.caps.max_recv_sge;
+  attr->cap.max_inline_data = q->handle.caps.max_inline;
+  std::memset(init_attr, 0, sizeof(*init_attr));
+  init_attr->qp_context = qp->qp_context;
+  init_attr->send_cq = qp->send_cq;
+  init_attr->recv_cq = qp->recv_cq;
+  init_attr->srq = qp->srq;
+  init_attr->cap = attr->cap;
+  init_attr->qp_type = qp->qp_type;
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  if (int rc = status_errno(engine_of(qp->context)->DestroyQp(qp->qp_num)); rc != 0) return rc;
+  pthread_mutex_destroy(&qp->mutex);
+  pthread_cond_destroy(&qp->cond);
+  delete to_qp(qp);
+  return 0;
+}
+
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  if (qp == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return &to_qp(qp)->qpx;
+}
+
+int droce_req_notify_cq(ibv_cq* cq, unsigned int flags);
+
+}  // extern "C"

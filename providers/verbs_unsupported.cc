@@ -1,0 +1,58 @@
+// libibverbs entry points that droce does not implement yet. Each is defined
+// here, because libibverbs' own implementation would reach into provider
+// private state that droce's objects do not have (and crash). Each fails the
+// way its man page documents: NULL with errno, or an errno return.
+#include <cerrno>
+
+#include "provider.h"
+
+namespace {
+template <typename T>
+T* fail_null(int e = EOPNOTSUPP) {
+  errno = e;
+  return nullptr;
+}
+}  // namespace
+
+extern "C" {
+
+ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return fail_null<ibv_srq>(); }
+int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
+int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
+int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
+
+ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return fail_null<ibv_ah>(); }
+int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
+int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
+  errno = EOPNOTSUPP;
+  return -1;
+}
+ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return fail_null<ibv_ah>(); }
+int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {
+  errno = EOPNOTSUPP;
+  return -1;
+}
+
+int ibv_attach_mcast(ibv_qp*, const union ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+int ibv_detach_mcast(ibv_qp*, const union ibv_gid*, uint16_t) { return EOPNOTSUPP; }
+
+int ibv_resize_cq(ibv_cq*, int) { return EOPNOTSUPP; }
+int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
+
+int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
+int ibv_query_qp_data_in_order(ibv_qp*, enum ibv_wr_opcode, uint32_t) { return 0; }
+
+ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(); }
+ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail_null<ibv_pd>(); }
+void ibv_unimport_pd(ibv_pd*) {}
+ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail_null<ibv_mr>(); }
+void ibv_unimport_mr(ibv_mr*) {}
+ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail_null<ibv_dm>(); }
+void ibv_unimport_dm(ibv_dm*) {}
+
+}  // extern "C"

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Installs everything droce needs to build and run its tests (Debian 12).
+# Idempotent: when every package is already installed it does nothing, so
+# reruns are fast. Installing needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # toolchain
+  build-essential g++ meson ninja-build pkg-config
+  # DPDK (headers, runtime, the memif and ring PMDs droce uses for links)
+  libdpdk-dev dpdk librte-net-memif23 librte-net-ring23
+  # verbs API headers and the unmodified example programs used in tests
+  libibverbs-dev ibverbs-utils perftest
+  # libraries
+  libabsl-dev libisal-dev libpcap-dev
+  # tests and benchmarks
+  libgtest-dev googletest libbenchmark-dev
+  # tools used by the scripts and tests
+  iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null || true)
+  if [[ $status != ii* ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+echo "setup: installing: ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "setup: need root (or sudo) to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-o DPkg::Lock::Timeout=300)
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y \
+  --no-install-recommends "${missing[@]}"
+echo "setup: done"

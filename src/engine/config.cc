@@ -1,0 +1,91 @@
+#include "engine/config.h"
+
+#include <arpa/inet.h>
+
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace droce::engine {
+
+absl::Status ParseIpv4Prefix(const std::string& s, uint32_t* ip, uint8_t* prefix_len) {
+  std::string addr = s;
+  *prefix_len = 24;
+  if (auto slash = s.find('/'); slash != std::string::npos) {
+    addr = s.substr(0, slash);
+    uint32_t len = 0;
+    if (!absl::SimpleAtoi(s.substr(slash + 1), &len) || len > 32) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid prefix length in '", s, "'"));
+    }
+    *prefix_len = static_cast<uint8_t>(len);
+  }
+  in_addr a{};
+  if (inet_pton(AF_INET, addr.c_str(), &a) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid IPv4 address '", s, "'"));
+  }
+  *ip = ntohl(a.s_addr);
+  return absl::OkStatus();
+}
+
+absl::Status ParseMac(const std::string& s, wire::MacAddr* mac) {
+  std::vector<std::string> parts = absl::StrSplit(s, ':');
+  if (parts.size() != 6) return absl::InvalidArgumentError(absl::StrCat("invalid MAC '", s, "'"));
+  for (int i = 0; i < 6; ++i) {
+    uint32_t v = 0;
+    if (parts[i].size() != 2 || !absl::SimpleHexAtoi(parts[i], &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid MAC '", s, "'"));
+    }
+    (*mac)[i] = static_cast<uint8_t>(v);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint8_t> ParseMtu(const std::string& s) {
+  uint32_t v = 0;
+  if (absl::SimpleAtoi(s, &v)) {
+    for (uint8_t m = 1; m <= 5; ++m) {
+      if ((128u << m) == v) return m;
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid MTU '", s, "' (one of 256, 512, 1024, 2048, 4096)"));
+}
+
+absl::StatusOr<Config> ConfigFromEnv() {
+  Config c;
+  auto env = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    return std::string(v);
+  };
+  auto prefixed = [](const char* var, const absl::Status& s) {
+    return absl::InvalidArgumentError(absl::StrCat(var, ": ", s.message()));
+  };
+  if (auto v = env("DROCE_LOG_LEVEL")) {
+    if (*v == "error") c.log_level = LogLevel::kError;
+    else if (*v == "warning") c.log_level = LogLevel::kWarning;
+    else if (*v == "info") c.log_level = LogLevel::kInfo;
+    else if (*v == "debug") c.log_level = LogLevel::kDebug;
+    else return absl::InvalidArgumentError(absl::StrCat("DROCE_LOG_LEVEL: invalid level '", *v, "'"));
+  }
+  if (auto v = env("DROCE_LINK")) c.link = *v;
+  if (absl::Status s = ParseIpv4Prefix(env("DROCE_IP").value_or(kDefaultIp), &c.ip, &c.prefix_len);
+      !s.ok()) {
+    return prefixed("DROCE_IP", s);
+  }
+  if (auto v = env("DROCE_MTU")) {
+    auto m = ParseMtu(*v);
+    if (!m.ok()) return prefixed("DROCE_MTU", m.status());
+    c.mtu = *m;
+  }
+  if (auto v = env("DROCE_MAC")) {
+    wire::MacAddr mac;
+    if (absl::Status s = ParseMac(*v, &mac); !s.ok()) return prefixed("DROCE_MAC", s);
+    c.mac = mac;
+  }
+  return c;
+}
+
+}  // namespace droce::engine

@@ -1,0 +1,36 @@
+// Engine configuration, from DROCE_* environment variables (the launcher's
+// flags set the same variables). See docs/CONFIG.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/log.h"
+#include "wire/frame.h"
+
+namespace droce::engine {
+
+struct Config {
+  std::string link;        // DPDK devargs; empty = internal loopback
+  uint32_t ip = 0;         // host order
+  uint8_t prefix_len = 24;
+  uint8_t mtu = 3;         // enum ibv_mtu cap for the port's active MTU
+  std::optional<wire::MacAddr> mac;
+  LogLevel log_level = LogLevel::kError;
+};
+
+inline constexpr const char* kDefaultIp = "10.77.0.1/24";
+
+// Parses "a.b.c.d[/len]".
+absl::Status ParseIpv4Prefix(const std::string& s, uint32_t* ip, uint8_t* prefix_len);
+absl::Status ParseMac(const std::string& s, wire::MacAddr* mac);
+// IB MTU in bytes (256..4096) → enum ibv_mtu.
+absl::StatusOr<uint8_t> ParseMtu(const std::string& s);
+
+// Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL. The
+// error message names the variable and the bad value.
+absl::StatusOr<Config> ConfigFromEnv();
+
+}  // namespace droce::engine

@@ -1,0 +1,335 @@
+#include "engine/device.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace droce::engine {
+namespace {
+
+// IB MTU usable over an Ethernet MTU: room for IPv4/UDP/BTH, the largest
+// extended header and the ICRC, as rxe computes it (1500 → 1024).
+uint8_t ib_mtu_for_link(uint32_t link_mtu) {
+  const uint32_t room = link_mtu > 100 ? link_mtu - 100 : 0;
+  uint8_t m = 1;
+  for (uint8_t c = 1; c <= 5; ++c) {
+    if ((128u << c) <= room) m = c;
+  }
+  return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> Device::CheckConfig() { return ConfigFromEnv(); }
+
+absl::StatusOr<Device*> Device::Instance() {
+  // Started once; a failed start is remembered and reported to every caller.
+  static absl::StatusOr<Device*> instance = []() -> absl::StatusOr<Device*> {
+    auto cfg = ConfigFromEnv();
+    if (!cfg.ok()) return cfg.status();
+    auto* d = new Device();  // lives until exit: the worker may still run at exit
+    if (absl::Status s = d->Start(*cfg); !s.ok()) return s;
+    return d;
+  }();
+  return instance;
+}
+
+absl::Status Device::Start(const Config& cfg) {
+  set_log_level(cfg.log_level);
+  std::promise<absl::Status> started;
+  std::future<absl::Status> f = started.get_future();
+  worker_ = std::thread([this, cfg, &started] { WorkerMain(cfg, &started); });
+  absl::Status s = f.get();
+  if (!s.ok()) {
+    worker_.join();
+    return s;
+  }
+  worker_.detach();
+  return absl::OkStatus();
+}
+
+void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
+  pthread_setname_np(pthread_self(), "droce-worker");
+  // EAL makes the calling thread its main lcore, so bring it up here.
+  if (absl::Status s = io::InitEal({cfg.log_level, false}); !s.ok()) {
+    started->set_value(s);
+    return;
+  }
+  io::PortOptions po;
+  const bool loopback = cfg.link.empty();
+  po.devargs = loopback ? "net_ring_droce0" : cfg.link;
+  if (absl::Status s = dpdk_.Open(po); !s.ok()) {
+    started->set_value(s);
+    return;
+  }
+  port_.name = "droce0";
+  port_.ip = cfg.ip;
+  port_.prefix_len = cfg.prefix_len;
+  port_.link_mtu = dpdk_.link_mtu();
+  if (cfg.mac) {
+    dpdk_.SetMac(*cfg.mac);
+  } else if (loopback || dpdk_.is_virtual_mac()) {
+    // Virtual links have no MAC of their own worth keeping; derive a locally
+    // administered one from the address so that two processes differ.
+    dpdk_.SetMac({0x02, 0x00, static_cast<uint8_t>(cfg.ip >> 24), static_cast<uint8_t>(cfg.ip >> 16),
+                  static_cast<uint8_t>(cfg.ip >> 8), static_cast<uint8_t>(cfg.ip)});
+  }
+  port_.mac = dpdk_.mac();
+  // Virtual links carry any frame that fits an mbuf; real ones are bounded by
+  // their Ethernet MTU.
+  const uint8_t link_cap = (loopback || dpdk_.is_virtual_mac()) ? 5 : ib_mtu_for_link(port_.link_mtu);
+  port_.active_mtu = std::min(cfg.mtu, link_cap);
+  std::memset(port_.gid, 0, sizeof(port_.gid));
+  port_.gid[10] = port_.gid[11] = 0xFF;
+  port_.gid[12] = static_cast<uint8_t>(cfg.ip >> 24);
+  port_.gid[13] = static_cast<uint8_t>(cfg.ip >> 16);
+  port_.gid[14] = static_cast<uint8_t>(cfg.ip >> 8);
+  port_.gid[15] = static_cast<uint8_t>(cfg.ip);
+  tx_.reserve(64);
+  Log(LogLevel::kInfo, "droce0 up: link %s", po.devargs);
+  started->set_value(absl::OkStatus());
+  Loop();
+}
+
+void Device::Wake() {
+  // Pairs with the sleeper's store of sleeping_ then re-check (worker.cc).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed) != 0) {
+    wake_seq_.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
+}
+
+void Device::RunOnWorker(std::function<void()> fn) {
+  std::promise<void> done;
+  std::future<void> f = done.get_future();
+  {
+    std::lock_guard<std::mutex> l(mbox_mu_);
+    mbox_.push_back([&] {
+      fn();
+      done.set_value();
+    });
+    mbox_pending_.store(true, std::memory_order_release);
+  }
+  Wake();
+  f.wait();
+}
+
+void Device::Doorbell(const QpHandle& qp) {
+  // Only the first doorbell since the worker last looked enqueues the QPN;
+  // see HandleDoorbells for the other half.
+  if (qp.shared->doorbell_pending.exchange(1, std::memory_order_acq_rel) == 0) {
+    doorbells_.Push(qp.qpn);
+  }
+  Wake();
+}
+
+uint64_t Device::NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+absl::StatusOr<uint32_t> Device::AllocPd() {
+  uint32_t pd = 0;
+  RunOnWorker([&] {
+    pd = next_pd_++;
+    pds_[pd] = 0;
+  });
+  return pd;
+}
+
+absl::Status Device::DeallocPd(uint32_t pd) {
+  absl::Status s;
+  RunOnWorker([&] {
+    auto it = pds_.find(pd);
+    if (it == pds_.end()) s = absl::NotFoundError("no such PD");
+    else if (it->second != 0) s = absl::FailedPreconditionError("PD in use");
+    else pds_.erase(it);
+  });
+  return s;
+}
+
+absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
+                                      uint32_t access) {
+  absl::StatusOr<mem::Mr> r = absl::InternalError("unset");
+  RunOnWorker([&] {
+    auto it = pds_.find(pd);
+    if (it == pds_.end()) {
+      r = absl::NotFoundError("no such PD");
+      return;
+    }
+    r = mrs_.Register(pd, addr, iova, len, access);
+    if (r.ok()) ++it->second;
+  });
+  return r;
+}
+
+absl::Status Device::DeregMr(uint32_t key) {
+  absl::Status s;
+  RunOnWorker([&] {
+    const mem::Mr* mr = mrs_.Find(key);
+    const uint32_t pd = mr != nullptr ? mr->pd : 0;
+    if (!mrs_.Deregister(key)) {
+      s = absl::NotFoundError("no such MR");
+      return;
+    }
+    if (auto it = pds_.find(pd); it != pds_.end() && it->second > 0) --it->second;
+  });
+  return s;
+}
+
+absl::StatusOr<CqHandle> Device::CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier,
+                                          uint64_t cookie) {
+  if (min_cqe == 0 || min_cqe > Limits::kMaxCqe) return absl::InvalidArgumentError("cqe out of range");
+  auto region = cq::CqRegion::Create(min_cqe);
+  if (!region.ok()) return region.status();
+  CqHandle h;
+  RunOnWorker([&] {
+    h.id = next_cq_++;
+    h.region = region->get();
+    CqEntry e;
+    e.producer = std::make_unique<cq::CqProducer>(region->get(), notifier, cookie);
+    e.region = std::move(*region);
+    cqs_.emplace(h.id, std::move(e));
+  });
+  return h;
+}
+
+absl::Status Device::DestroyCq(uint32_t id) {
+  absl::Status s;
+  RunOnWorker([&] {
+    auto it = cqs_.find(id);
+    if (it == cqs_.end()) s = absl::NotFoundError("no such CQ");
+    else if (it->second.users != 0) s = absl::FailedPreconditionError("CQ in use by a QP");
+    else cqs_.erase(it);
+  });
+  return s;
+}
+
+absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
+  if (a.type != transport::QpType::kRc) return absl::UnimplementedError("only RC QPs so far");
+  if (a.max_send_wr > Limits::kMaxQpWr || a.max_recv_wr > Limits::kMaxQpWr ||
+      a.max_send_sge > Limits::kMaxSge || a.max_recv_sge > Limits::kMaxSge ||
+      a.max_inline > Limits::kMaxInline) {
+    return absl::InvalidArgumentError("QP capabilities exceed the device limits");
+  }
+  transport::QpCaps caps;
+  caps.max_send_wr = queue::round_up_pow2(std::max(a.max_send_wr, 1u));
+  caps.max_recv_wr = queue::round_up_pow2(std::max(a.max_recv_wr, 1u));
+  caps.max_send_sge = std::max(a.max_send_sge, 1u);
+  caps.max_recv_sge = std::max(a.max_recv_sge, 1u);
+  // Inline data shares the WQE slot with the SGE list; report what fits.
+  caps.max_inline = std::max<uint32_t>(a.max_inline, caps.max_send_sge * sizeof(queue::Sge));
+  const uint32_t sstride = (sizeof(queue::SendWqe) +
+                            std::max<uint32_t>(caps.max_send_sge * sizeof(queue::Sge), caps.max_inline) + 15) & ~15u;
+  const uint32_t rstride = sizeof(queue::RecvWqe) + caps.max_recv_sge * sizeof(queue::Sge);
+  const size_t sq_len = queue::ring_bytes(caps.max_send_wr, sstride);
+  const size_t rq_len = queue::ring_bytes(caps.max_recv_wr, rstride);
+  auto shm = queue::ShmRegion::Create("droce-qp", sq_len + rq_len + sizeof(QpShared));
+  if (!shm.ok()) return shm.status();
+  auto entry = std::make_unique<QpEntry>();
+  QpHandle h;
+  h.sq = queue::Ring::Init(shm->data(), caps.max_send_wr, sstride);
+  h.rq = queue::Ring::Init(static_cast<uint8_t*>(shm->data()) + sq_len, caps.max_recv_wr, rstride);
+  h.shared = new (static_cast<uint8_t*>(shm->data()) + sq_len + rq_len) QpShared();
+  h.shared->doorbell_pending.store(0, std::memory_order_relaxed);
+  h.caps = caps;
+  entry->shm = std::move(*shm);
+  entry->shared = h.shared;
+  absl::Status s;
+  RunOnWorker([&] {
+    auto pd = pds_.find(a.pd);
+    auto scq = cqs_.find(a.send_cq);
+    auto rcq = cqs_.find(a.recv_cq);
+    if (pd == pds_.end() || scq == cqs_.end() || rcq == cqs_.end()) {
+      s = absl::NotFoundError("no such PD or CQ");
+      return;
+    }
+    if (qps_.size() >= Limits::kMaxQp) {
+      s = absl::ResourceExhaustedError("too many QPs");
+      return;
+    }
+    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11) next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    h.qpn = next_qpn_;
+    next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    transport::QpInit init;
+    init.qpn = h.qpn;
+    init.type = a.type;
+    init.pd = a.pd;
+    init.sq_sig_all = a.sq_sig_all;
+    init.caps = caps;
+    init.sq = h.sq;
+    init.rq = h.rq;
+    init.send_cq = scq->second.producer.get();
+    init.recv_cq = rcq->second.producer.get();
+    init.port = {port_.mac, port_.ip, port_.active_mtu};
+    entry->qp = std::make_unique<transport::Qp>(init, this);
+    entry->pd = a.pd;
+    entry->send_cq = a.send_cq;
+    entry->recv_cq = a.recv_cq;
+    ++pd->second;
+    ++scq->second.users;
+    ++rcq->second.users;
+    qps_.emplace(h.qpn, std::move(entry));
+  });
+  if (!s.ok()) return s;
+  return h;
+}
+
+int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
+  int rc = 0;
+  RunOnWorker([&] {
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) {
+      rc = EINVAL;
+      return;
+    }
+    rc = it->second->qp->Modify(attr, mask);
+    if (rc == 0) Activate(it->second.get());
+  });
+  return rc;
+}
+
+absl::StatusOr<transport::QpAttr> Device::QueryQp(uint32_t qpn) {
+  absl::StatusOr<transport::QpAttr> r = absl::NotFoundError("no such QP");
+  RunOnWorker([&] {
+    auto it = qps_.find(qpn);
+    if (it != qps_.end()) r = it->second->qp->attr();
+  });
+  return r;
+}
+
+absl::Status Device::DestroyQp(uint32_t qpn) {
+  absl::Status s;
+  RunOnWorker([&] {
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) {
+      s = absl::NotFoundError("no such QP");
+      return;
+    }
+    QpEntry* e = it->second.get();
+    std::erase(active_, e);
+    std::erase(timed_, e);
+    // Drop the QP's references on its CQs and PD.
+    if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;
+    if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
+    if (auto p = pds_.find(e->pd); p != pds_.end()) --p->second;
+    qps_.erase(it);
+  });
+  return s;
+}
+
+Counters Device::ReadCounters() {
+  Counters c;
+  RunOnWorker([&] { c = stats_; });
+  return c;
+}
+
+}  // namespace droce::engine

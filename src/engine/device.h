@@ -1,0 +1,191 @@
+// One droce device: a link (DPDK port), one port with its addresses, and the
+// poll-mode worker that owns every QP, CQ producer and MR of the device.
+//
+// The control path (PD/MR/CQ/QP create, modify, destroy) runs on the worker
+// through a mailbox: the caller blocks until the worker has executed it. So
+// the worker's tables need no locks, and once DeregMr/DestroyQp returns the
+// worker can no longer touch that memory. The datapath needs no control call:
+// the provider writes WQEs into shared rings and rings a doorbell.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/counters.h"
+#include "cq/cq.h"
+#include "engine/config.h"
+#include "io/dpdk_port.h"
+#include "mem/mr_table.h"
+#include "queue/doorbell.h"
+#include "queue/shm.h"
+#include "transport/env.h"
+#include "transport/qp.h"
+
+struct rte_mbuf;
+
+namespace droce::engine {
+
+struct PortInfo {
+  std::string name;   // "droce0"
+  wire::MacAddr mac{};
+  uint32_t ip = 0;    // host order
+  uint8_t prefix_len = 24;
+  uint8_t active_mtu = 3;  // enum ibv_mtu
+  uint32_t link_mtu = 1500;
+  uint8_t gid[16] = {};  // IPv4-mapped
+};
+
+// Per-QP words shared with the provider (after the SQ and RQ rings).
+struct QpShared {
+  alignas(queue::kCacheLine) std::atomic<uint32_t> doorbell_pending;
+};
+
+struct QpCreateArgs {
+  transport::QpType type = transport::QpType::kRc;
+  uint32_t pd = 0;
+  uint32_t send_cq = 0, recv_cq = 0;
+  uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
+  bool sq_sig_all = false;
+};
+
+struct QpHandle {
+  uint32_t qpn = 0;
+  queue::Ring sq, rq;
+  QpShared* shared = nullptr;
+  transport::QpCaps caps;
+};
+
+struct CqHandle {
+  uint32_t id = 0;
+  cq::CqRegion* region = nullptr;
+};
+
+// Device limits reported through ibv_query_device.
+struct Limits {
+  static constexpr uint32_t kMaxQpWr = 16384;
+  static constexpr uint32_t kMaxSge = 32;
+  static constexpr uint32_t kMaxInline = 256;
+  static constexpr uint32_t kMaxCqe = 1 << 20;
+  static constexpr uint32_t kMaxQp = 1 << 16;
+  static constexpr uint32_t kMaxCq = 1 << 16;
+  static constexpr uint32_t kMaxMr = 1 << 20;
+  static constexpr uint32_t kMaxPd = 1 << 16;
+  static constexpr uint64_t kMaxMrSize = 1ull << 40;
+};
+
+class Device : public transport::TransportEnv {
+ public:
+  // The process's droce0, started on first use from the DROCE_* environment.
+  static absl::StatusOr<Device*> Instance();
+  // Reads and validates the configuration without starting anything.
+  static absl::StatusOr<Config> CheckConfig();
+
+  const PortInfo& port() const { return port_; }
+
+  absl::StatusOr<uint32_t> AllocPd();
+  absl::Status DeallocPd(uint32_t pd);
+  absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
+                                uint32_t access);
+  absl::Status DeregMr(uint32_t key);
+  absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie);
+  absl::Status DestroyCq(uint32_t id);
+  absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args);
+  // Returns 0 or an errno.
+  int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
+  absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn);
+  absl::Status DestroyQp(uint32_t qpn);
+  Counters ReadCounters();
+
+  // Datapath, any thread: new WQEs are in the QP's rings.
+  void Doorbell(const QpHandle& qp);
+
+  // TransportEnv (worker thread only).
+  uint64_t NowNs() override;
+  bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
+  void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
+  bool ResolveMac(uint32_t dip, wire::MacAddr* mac) override;
+  const mem::MrTable& Mrs() override { return mrs_; }
+  Counters& Stats() override { return stats_; }
+
+ private:
+  struct QpEntry {
+    std::unique_ptr<transport::Qp> qp;
+    queue::ShmRegion shm;
+    QpShared* shared = nullptr;
+    bool active = false;  // on active_ (has something to send)
+    bool timed = false;   // on timed_ (awaits ACKs)
+    uint32_t pd = 0, send_cq = 0, recv_cq = 0;
+  };
+  struct CqEntry {
+    std::unique_ptr<cq::CqRegion> region;
+    std::unique_ptr<cq::CqProducer> producer;
+    uint32_t users = 0;
+  };
+  struct Neighbor {
+    wire::MacAddr mac{};
+    bool valid = false;
+    uint64_t requested_ns = 0;
+  };
+
+  Device() = default;
+  absl::Status Start(const Config& cfg);
+  void WorkerMain(Config cfg, std::promise<absl::Status>* started);
+  // Runs fn on the worker and waits for it.
+  void RunOnWorker(std::function<void()> fn);
+  void Wake();
+
+  // worker.cc
+  void Loop();
+  bool PollOnce();
+  void RunMailbox();
+  void HandleDoorbells();
+  void HandleFrame(rte_mbuf* m);
+  void FlushTx();
+  void Activate(QpEntry* e);
+  void RunTimers(uint64_t now);
+  void IdleBackoff(unsigned idle_loops);
+  // arp.cc
+  void HandleArp(const uint8_t* f, size_t len);
+  void SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip);
+
+  PortInfo port_;
+  io::DpdkPort dpdk_;
+  std::thread worker_;
+  std::atomic<bool> stop_{false};
+
+  // Mailbox (control path).
+  std::mutex mbox_mu_;
+  std::deque<std::function<void()>> mbox_;
+  std::atomic<bool> mbox_pending_{false};
+
+  // Wakeup: the worker sleeps on `wake_seq_` (futex) when idle.
+  alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq_{0};
+  std::atomic<uint32_t> sleeping_{0};
+  queue::DoorbellQueue doorbells_{4096};
+
+  // Worker-owned state.
+  absl::flat_hash_map<uint32_t, std::unique_ptr<QpEntry>> qps_;
+  absl::flat_hash_map<uint32_t, CqEntry> cqs_;
+  absl::flat_hash_map<uint32_t, uint32_t> pds_;  // pd → objects using it
+  absl::flat_hash_map<uint32_t, Neighbor> neighbors_;
+  mem::MrTable mrs_;
+  std::vector<QpEntry*> active_, timed_;
+  uint32_t next_qpn_ = 0x11;
+  uint32_t next_cq_ = 1;
+  uint32_t next_pd_ = 1;
+  Counters stats_;
+  std::vector<rte_mbuf*> tx_;
+  uint64_t last_timer_ns_ = 0;
+};
+
+}  // namespace droce::engine

@@ -1,0 +1,260 @@
+// The per-lcore poll loop: mailbox check (one load) → doorbells → rx burst →
+// classify → transport → send work → timers → one tx flush. Backs off when
+// idle so that two droce processes share a 2-core machine.
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+#include <cstring>
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+
+#include "engine/device.h"
+#include "wire/bytes.h"
+
+namespace droce::engine {
+namespace {
+
+constexpr uint16_t kRxBurst = 32;
+constexpr unsigned kSendBudget = 32;
+constexpr uint64_t kTimerTickNs = 50'000;
+// Idle back-off: spin, then yield the CPU, then sleep (futex with timeout,
+// woken early by doorbells and control calls).
+constexpr unsigned kSpinLoops = 200;
+constexpr unsigned kYieldLoops = 2000;
+constexpr long kSleepNs = 200'000;
+
+}  // namespace
+
+void Device::Loop() {
+  unsigned idle = 0;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (PollOnce()) {
+      idle = 0;
+    } else {
+      IdleBackoff(++idle);
+    }
+  }
+}
+
+bool Device::PollOnce() {
+  bool busy = false;
+  if (mbox_pending_.load(std::memory_order_acquire)) {
+    RunMailbox();
+    busy = true;
+  }
+  if (doorbells_.MaybeNonEmpty()) {
+    HandleDoorbells();
+    busy = true;
+  }
+  rte_mbuf* rx[kRxBurst];
+  const uint16_t n = rte_eth_rx_burst(dpdk_.port_id(), 0, rx, kRxBurst);
+  for (uint16_t i = 0; i < n; ++i) {
+    if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
+    HandleFrame(rx[i]);
+  }
+  busy |= n > 0;
+  // Requesters with work. A QP leaves the list when it has nothing sendable.
+  for (size_t i = 0; i < active_.size();) {
+    QpEntry* e = active_[i];
+    const bool more = e->qp->PollSend(kSendBudget);
+    if (e->qp->HasOutstanding() && !e->timed) {
+      e->timed = true;
+      timed_.push_back(e);
+    }
+    if (more) {
+      busy = true;
+      ++i;
+    } else {
+      e->active = false;
+      active_[i] = active_.back();
+      active_.pop_back();
+    }
+  }
+  const uint64_t now = NowNs();
+  if (now - last_timer_ns_ >= kTimerTickNs) {
+    last_timer_ns_ = now;
+    RunTimers(now);
+  }
+  if (!tx_.empty()) {
+    FlushTx();
+    busy = true;
+  }
+  return busy;
+}
+
+void Device::IdleBackoff(unsigned idle) {
+  if (idle < kSpinLoops) {
+    rte_pause();
+    return;
+  }
+  if (idle < kYieldLoops || !timed_.empty()) {
+    sched_yield();
+    return;
+  }
+  // Announce the sleep, then re-check for work (pairs with Wake()).
+  const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
+  sleeping_.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!mbox_pending_.load(std::memory_order_relaxed) && !doorbells_.MaybeNonEmpty()) {
+    timespec ts{0, kSleepNs};
+    syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+  }
+  sleeping_.store(0, std::memory_order_relaxed);
+}
+
+void Device::RunMailbox() {
+  std::deque<std::function<void()>> work;
+  {
+    std::lock_guard<std::mutex> l(mbox_mu_);
+    work.swap(mbox_);
+    mbox_pending_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& fn : work) fn();
+}
+
+void Device::Activate(QpEntry* e) {
+  if (!e->active) {
+    e->active = true;
+    active_.push_back(e);
+  }
+}
+
+void Device::HandleDoorbells() {
+  auto ring = [this](QpEntry* e) {
+    // Clear the flag with an RMW so that it reads the provider's exchange and
+    // its ring writes become visible (acquire); a doorbell rung after this
+    // point enqueues the QP again.
+    e->shared->doorbell_pending.exchange(0, std::memory_order_acq_rel);
+    e->qp->OnRecvDoorbell();
+    Activate(e);
+  };
+  uint32_t qpn;
+  while (doorbells_.Pop(&qpn)) {
+    auto it = qps_.find(qpn);
+    if (it != qps_.end()) ring(it->second.get());
+  }
+  if (doorbells_.TakeOverflow()) {
+    for (auto& [n, e] : qps_) ring(e.get());
+  }
+}
+
+void Device::RunTimers(uint64_t now) {
+  for (size_t i = 0; i < timed_.size();) {
+    QpEntry* e = timed_[i];
+    e->qp->OnTimer(now);
+    Activate(e);  // a timeout or RNR expiry may have made packets sendable
+    if (e->qp->HasOutstanding()) {
+      ++i;
+    } else {
+      e->timed = false;
+      timed_[i] = timed_.back();
+      timed_.pop_back();
+    }
+  }
+}
+
+void Device::HandleFrame(rte_mbuf* m) {
+  // Multi-segment frames (jumbo frames on memif) are linearised here; the
+  // parser reads one contiguous buffer.
+  alignas(64) static thread_local uint8_t scratch[9216 + 64];
+  const uint32_t len = rte_pktmbuf_pkt_len(m);
+  const uint8_t* f;
+  if (m->nb_segs == 1) {
+    f = rte_pktmbuf_mtod(m, const uint8_t*);
+  } else if (len <= sizeof(scratch)) {
+    f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch));
+  } else {
+    ++stats_.malformed_pkts;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (len >= wire::kEthLen) {
+    const uint16_t type = wire::load_be16(f + 12);
+    if (type == wire::kEtherTypeArp) {
+      HandleArp(f, len);
+      rte_pktmbuf_free(m);
+      return;
+    }
+  }
+  wire::PacketView v;
+  const wire::ParseError err = wire::parse_frame({f, len}, &v);
+  if (err != wire::ParseError::kOk) {
+    if (err == wire::ParseError::kBadIcrc) ++stats_.icrc_err;
+    else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
+             err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
+             err == wire::ParseError::kIpFragment) ++stats_.non_roce_drop;
+    else ++stats_.malformed_pkts;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (v.dip != port_.ip) {
+    ++stats_.non_roce_drop;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  auto it = qps_.find(v.bth.dqpn);
+  if (it == qps_.end()) {
+    ++stats_.unknown_qp;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  QpEntry* e = it->second.get();
+  // Learn the peer's MAC from its traffic: replies need no ARP round trip.
+  Neighbor& nb = neighbors_[v.sip];
+  nb.mac = v.smac;
+  nb.valid = true;
+  e->qp->OnPacket(v);
+  rte_pktmbuf_free(m);
+  // An ACK may have opened the window or retired WQEs; a request may have
+  // produced nothing to send but the QP is cheap to check.
+  if (v.info->mask & wire::kMaskResponse) Activate(e);
+  if (e->qp->HasOutstanding() && !e->timed) {
+    e->timed = true;
+    timed_.push_back(e);
+  }
+}
+
+bool Device::AllocFrame(uint32_t len, transport::TxFrame* f) {
+  if (len > dpdk_.data_room()) return false;
+  rte_mbuf* m = rte_pktmbuf_alloc(dpdk_.pool());
+  if (m == nullptr) return false;
+  f->data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  if (f->data == nullptr) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  f->capacity = len;
+  f->handle = m;
+  return true;
+}
+
+void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
+  auto* m = static_cast<rte_mbuf*>(f.handle);
+  if (len == 0) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  rte_pktmbuf_trim(m, static_cast<uint16_t>(f.capacity - len));
+  tx_.push_back(m);
+  if (tx_.size() >= 64) FlushTx();
+}
+
+void Device::FlushTx() {
+  uint16_t done = 0;
+  const uint16_t n = static_cast<uint16_t>(tx_.size());
+  for (int tries = 0; done < n && tries < 64; ++tries) {
+    done += rte_eth_tx_burst(dpdk_.port_id(), 0, tx_.data() + done, n - done);
+  }
+  if (done < n) {
+    // The link is backed up; the transport's timers retransmit.
+    stats_.tx_dropped += n - done;
+    rte_pktmbuf_free_bulk(tx_.data() + done, n - done);
+  }
+  tx_.clear();
+}
+
+}  // namespace droce::engine

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Checks that an unmodified ibv_devices / ibv_devinfo see the droce device when
+# run through the launcher with no configuration (default link: the internal
+# loopback link).
+#
+# usage: devinfo.sh LAUNCHER [IBV_DEVICES] [IBV_DEVINFO]
+set -u
+
+if [ $# -lt 1 ]; then
+  echo "usage: $0 LAUNCHER [IBV_DEVICES] [IBV_DEVINFO]" >&2
+  exit 2
+fi
+launcher=$1
+ibv_devices=${2:-ibv_devices}
+ibv_devinfo=${3:-ibv_devinfo}
+
+if [ ! -x "$launcher" ]; then
+  echo "FAIL: launcher '$launcher' is not an executable file" >&2
+  exit 1
+fi
+for p in "$ibv_devices" "$ibv_devinfo"; do
+  if ! command -v "$p" >/dev/null 2>&1; then
+    echo "SKIP: '$p' not found (install ibverbs-utils: scripts/setup.sh)"
+    exit 77
+  fi
+done
+
+# No configuration: default link, address, MTU and MAC.
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU
+
+fail=0
+check() {  # check NAME OUTPUT FIXED-STRING
+  if ! grep -qF -- "$3" <<<"$2"; then
+    echo "FAIL: $1 output lacks '$3'"
+    fail=1
+  fi
+}
+
+devices_out=$(timeout 30 "$launcher" exec -- "$ibv_devices" 2>&1 </dev/null)
+devices_rc=$?
+devinfo_out=$(timeout 30 "$launcher" exec -- "$ibv_devinfo" 2>&1 </dev/null)
+devinfo_rc=$?
+
+if [ "$devices_rc" -ne 0 ]; then echo "FAIL: ibv_devices exited $devices_rc"; fail=1; fi
+if [ "$devinfo_rc" -ne 0 ]; then echo "FAIL: ibv_devinfo exited $devinfo_rc"; fail=1; fi
+# ibv_devices prints "    droce0          	<node GUID>".
+if ! grep -Eq '^[[:space:]]*droce0[[:space:]]' <<<"$devices_out"; then
+  echo "FAIL: ibv_devices does not list droce0"
+  fail=1
+fi
+check ibv_devinfo "$devinfo_out" $'hca_id:\tdroce0'
+check ibv_devinfo "$devinfo_out" 'PORT_ACTIVE'
+check ibv_devinfo "$devinfo_out" $'link_layer:\t\tEthernet'
+
+if [ "$fail" -ne 0 ]; then
+  echo "----- ibv_devices output -----"
+  echo "$devices_out"
+  echo "----- ibv_devinfo output -----"
+  echo "$devinfo_out"
+  echo "-----"
+  exit 1
+fi
+echo "PASS: ibv_devices lists droce0; ibv_devinfo shows droce0, PORT_ACTIVE, Ethernet"
+exit 0

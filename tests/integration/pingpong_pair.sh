@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Runs a server/client pair of an ibverbs example program (ibv_rc_pingpong,
+# ibv_ud_pingpong, ...) through the droce launcher over a memif link, the same
+# way `droce demo` does, and checks that both sides complete.
+#
+# usage: pingpong_pair.sh LAUNCHER PROGRAM [PROGRAM ARGS...]
+#   The server runs `PROGRAM -p PORT ARGS...`, the client the same plus
+#   127.0.0.1. Passes if both exit 0 and both print a line matching
+#   `bytes in .* seconds`. Exit 77 (skip) if PROGRAM is not installed.
+# shellcheck disable=SC2317  # kill_group and cleanup run from traps
+set -u
+
+if [ $# -lt 2 ]; then
+  echo "usage: $0 LAUNCHER PROGRAM [PROGRAM ARGS...]" >&2
+  exit 2
+fi
+launcher=$1
+program=$2
+shift 2
+prog_args=("$@")
+
+if [ ! -x "$launcher" ]; then
+  echo "FAIL: launcher '$launcher' is not an executable file" >&2
+  exit 1
+fi
+if ! command -v "$program" >/dev/null 2>&1; then
+  echo "SKIP: '$program' not found (install ibverbs-utils: scripts/setup.sh)"
+  exit 77
+fi
+
+# Links and addresses come from the flags below; a stray MAC or MTU from the
+# caller's environment must not make the two peers identical.
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU
+
+readonly per_process_timeout=${DROCE_TEST_TIMEOUT:-60}  # seconds, for each of server and client
+readonly listen_wait=10           # seconds to wait for the server's TCP listen
+readonly max_client_attempts=20   # client retries while the server is not listening
+
+dir=$(mktemp -d /tmp/droce-it.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+server_pid=""
+client_pid=""
+
+# `timeout` puts itself (and so the launched program) into a process group of
+# its own, whose id is its pid: kill the whole group.
+kill_group() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  # Fall back to the pid alone if timeout has not made its group yet.
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 0
+}
+
+cleanup() {
+  kill_group "$client_pid"
+  kill_group "$server_pid"
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+
+# port_state PORT: prints the hex TCP states of local sockets bound to PORT.
+port_state() {
+  local hex
+  hex=$(printf ':%04X' "$1")
+  awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p { print $4 }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# A free TCP port from a random range, without python: check /proc/net/tcp*.
+port=""
+for _ in $(seq 1 100); do
+  candidate=$(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 ))
+  if [ -z "$(port_state "$candidate")" ]; then
+    port=$candidate
+    break
+  fi
+done
+if [ -z "$port" ]; then
+  echo "FAIL: could not find a free TCP port" >&2
+  exit 1
+fi
+
+sock="$dir/memif.sock"
+link_of() { echo "net_memif0,role=$1,socket=$sock,socket-abstract=no"; }
+
+show_logs() {
+  echo "----- server output ($program, port $port) -----"
+  cat "$dir/server.log" 2>/dev/null
+  local f
+  for f in "$dir"/client.*.log; do
+    [ -e "$f" ] || continue
+    local n=${f##*/client.}
+    echo "----- client output (attempt ${n%.log}) -----"
+    cat "$f"
+  done
+  echo "-----"
+}
+
+timeout "$per_process_timeout" "$launcher" exec --link "$(link_of server)" --ip 10.77.1.1/24 \
+  -- "$program" -p "$port" "${prog_args[@]}" </dev/null >"$dir/server.log" 2>&1 &
+server_pid=$!
+
+# rc_pingpong's client does not retry its TCP connect: start it once the
+# server listens (and at least 0.5 s after the server), and retry it if it
+# still came too early.
+sleep 0.5
+listen_deadline=$(( SECONDS + listen_wait ))
+while [ "$SECONDS" -lt "$listen_deadline" ]; do
+  if port_state "$port" | grep -qx 0A; then break; fi
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.1
+done
+
+client_rc=255  # stays 255 if the client never ran
+attempt=0
+while :; do
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "server exited before the client could connect" >&2
+    break
+  fi
+  attempt=$(( attempt + 1 ))
+  log="$dir/client.$attempt.log"
+  timeout "$per_process_timeout" "$launcher" exec --link "$(link_of client)" --ip 10.77.1.2/24 \
+    -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$log" 2>&1 &
+  client_pid=$!
+  wait "$client_pid"
+  client_rc=$?
+  client_pid=""
+  if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
+     [ "$attempt" -lt "$max_client_attempts" ] && kill -0 "$server_pid" 2>/dev/null; then
+    sleep 0.5
+    continue
+  fi
+  break
+done
+
+# The client is done; a healthy server finishes right after it. If the client
+# failed, the server may wait forever: give it a short grace period only.
+if [ "$client_rc" -ne 0 ]; then
+  for _ in $(seq 1 30); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$server_pid" 2>/dev/null && kill -TERM -- "-$server_pid" 2>/dev/null
+fi
+wait "$server_pid"
+server_rc=$?
+server_pid=""
+
+fail=0
+describe() {
+  case $1 in
+    0) echo "exit 0" ;;
+    124) echo "timed out after ${per_process_timeout}s (exit 124)" ;;
+    *) echo "exit $1" ;;
+  esac
+}
+if [ "$server_rc" -ne 0 ]; then echo "FAIL: server: $(describe "$server_rc")"; fail=1; fi
+if [ "$attempt" -eq 0 ]; then echo "FAIL: client: never started"; fail=1
+elif [ "$client_rc" -ne 0 ]; then echo "FAIL: client: $(describe "$client_rc")"; fail=1; fi
+if ! grep -Eq 'bytes in .* seconds' "$dir/server.log"; then
+  echo "FAIL: server output has no 'bytes in ... seconds' line"; fail=1
+fi
+if [ "$attempt" -eq 0 ] || ! grep -Eq 'bytes in .* seconds' "$dir/client.$attempt.log"; then
+  echo "FAIL: client output has no 'bytes in ... seconds' line"; fail=1
+fi
+
+if [ "$fail" -ne 0 ]; then
+  show_logs
+  exit 1
+fi
+echo "PASS: $program ${prog_args[*]} (server and client over memif, TCP port $port, client attempts: $attempt)"
+grep -E 'bytes in .* seconds|iters in .* seconds' "$dir/server.log" | sed 's/^/[server] /'
+grep -E 'bytes in .* seconds|iters in .* seconds' "$dir/client.$attempt.log" | sed 's/^/[client] /'
+exit 0
