@@ -1,0 +1,439 @@
+// The verbs provider in one process on droce0's default loopback link: two
+// RC QPs connected to each other, as conformance suites run on a hardware
+// NIC. Also checks the errors the verbs API specifies for bad calls.
+// The binary links libdroce.so ahead of libibverbs, so ibv_* resolve to droce
+// exactly as they do under LD_PRELOAD.
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "droce/droce.h"
+
+namespace {
+
+class Loopback : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    ASSERT_NE(list, nullptr);
+    ASSERT_EQ(n, 1);
+    EXPECT_STREQ(ibv_get_device_name(list[0]), "droce0");
+    ctx_ = ibv_open_device(list[0]);
+    ibv_free_device_list(list);
+    ASSERT_NE(ctx_, nullptr);
+    pd_ = ibv_alloc_pd(ctx_);
+    ASSERT_NE(pd_, nullptr);
+    buf_.resize(1 << 20);
+    mr_ = ibv_reg_mr(pd_, buf_.data(), buf_.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr_, nullptr);
+    channel_ = ibv_create_comp_channel(ctx_);
+    ASSERT_NE(channel_, nullptr);
+    scq_ = ibv_create_cq(ctx_, 64, this, nullptr, 0);
+    rcq_ = ibv_create_cq(ctx_, 64, this, channel_, 0);
+    ASSERT_NE(scq_, nullptr);
+    ASSERT_NE(rcq_, nullptr);
+  }
+  void TearDown() override {
+    for (ibv_qp* qp : qps_) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    if (scq_) EXPECT_EQ(ibv_destroy_cq(scq_), 0);
+    if (rcq_) EXPECT_EQ(ibv_destroy_cq(rcq_), 0);
+    if (channel_) EXPECT_EQ(ibv_destroy_comp_channel(channel_), 0);
+    if (mr_) EXPECT_EQ(ibv_dereg_mr(mr_), 0);
+    if (pd_) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    if (ctx_) EXPECT_EQ(ibv_close_device(ctx_), 0);
+  }
+
+  ibv_qp* CreateQp(ibv_cq* scq, ibv_cq* rcq, uint32_t depth = 32) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq;
+    a.recv_cq = rcq;
+    a.cap.max_send_wr = depth;
+    a.cap.max_recv_wr = depth;
+    a.cap.max_send_sge = 2;
+    a.cap.max_recv_sge = 2;
+    a.cap.max_inline_data = 64;
+    a.qp_type = IBV_QPT_RC;
+    ibv_qp* qp = ibv_create_qp(pd_, &a);
+    if (qp != nullptr) qps_.push_back(qp);
+    return qp;
+  }
+
+  void ToInit(ibv_qp* qp) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    a.qp_access_flags = 0;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+  }
+  void ToRtr(ibv_qp* qp, uint32_t dest) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = dest;
+    a.rq_psn = 100;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.hop_limit = 1;
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &a.ah_attr.grh.dgid), 0);
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+  }
+  void ToRts(ibv_qp* qp) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.sq_psn = 100;
+    a.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+  void Connect(ibv_qp* a, ibv_qp* b) {
+    ToInit(a);
+    ToInit(b);
+    ToRtr(a, b->qp_num);
+    ToRtr(b, a->qp_num);
+    ToRts(a);
+    ToRts(b);
+  }
+
+  int PostRecv(ibv_qp* qp, uint64_t wr_id, size_t off, uint32_t len) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + off), len, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(qp, &wr, &bad);
+  }
+  int PostSend(ibv_qp* qp, uint64_t wr_id, size_t off, uint32_t len, unsigned flags = IBV_SEND_SIGNALED,
+               uint32_t lkey = 0) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + off), len, lkey ? lkey : mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = flags;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(qp, &wr, &bad);
+  }
+  // Polls until n completions arrived or ~10 s passed.
+  std::vector<ibv_wc> Poll(ibv_cq* cq, int n) {
+    std::vector<ibv_wc> out;
+    for (long spins = 0; static_cast<int>(out.size()) < n && spins < 10'000'000; ++spins) {
+      ibv_wc wc[8];
+      int k = ibv_poll_cq(cq, 8, wc);
+      EXPECT_GE(k, 0);
+      for (int i = 0; i < k; ++i) out.push_back(wc[i]);
+      if (k == 0) usleep(1);
+    }
+    return out;
+  }
+
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  ibv_mr* mr_ = nullptr;
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* scq_ = nullptr;
+  ibv_cq* rcq_ = nullptr;
+  std::vector<ibv_qp*> qps_;
+  std::vector<uint8_t> buf_;
+};
+
+TEST_F(Loopback, DeviceAndPortLookLikeARoceNic) {
+  ibv_device_attr da{};
+  ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
+  EXPECT_EQ(da.phys_port_cnt, 1);
+  EXPECT_GT(da.max_qp_wr, 1000);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+  EXPECT_EQ(pa.active_mtu, IBV_MTU_1024);
+  EXPECT_EQ(ibv_query_port(ctx_, 2, &pa), EINVAL);
+  ibv_gid gid{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 77, 0, 1};
+  EXPECT_EQ(std::memcmp(gid.raw, mapped, 16), 0);  // default address 10.77.0.1
+  EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 0, &e, 0), 0);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  __be16 pkey = 0;
+  ASSERT_EQ(ibv_query_pkey(ctx_, 1, 0, &pkey), 0);
+  EXPECT_EQ(be16toh(pkey), 0xFFFF);
+}
+
+TEST_F(Loopback, SendRecvEverySizeAcrossSegmentBoundaries) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  std::mt19937 rng(7);
+  const uint32_t sizes[] = {0, 1, 3, 4, 63, 64, 65, 1023, 1024, 1025, 4096, 65536, 300000};
+  const size_t rx_off = 512 * 1024;
+  uint64_t id = 0;
+  for (uint32_t len : sizes) {
+    for (uint32_t i = 0; i < len; ++i) buf_[i] = static_cast<uint8_t>(rng());
+    std::memset(buf_.data() + rx_off, 0, len + 16);
+    ASSERT_EQ(PostRecv(b, 1000 + id, rx_off, len + 16), 0);
+    ASSERT_EQ(PostSend(a, id, 0, len, len <= 64 ? IBV_SEND_SIGNALED | IBV_SEND_INLINE : IBV_SEND_SIGNALED), 0);
+    auto r = Poll(rcq_, 1);
+    ASSERT_EQ(r.size(), 1u) << "len " << len;
+    EXPECT_EQ(r[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(r[0].status);
+    EXPECT_EQ(r[0].opcode, IBV_WC_RECV);
+    EXPECT_EQ(r[0].byte_len, len);
+    EXPECT_EQ(r[0].wr_id, 1000 + id);
+    EXPECT_EQ(r[0].qp_num, b->qp_num);
+    auto s = Poll(scq_, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(s[0].opcode, IBV_WC_SEND);
+    EXPECT_EQ(s[0].wr_id, id);
+    EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + rx_off, len), 0) << "len " << len;
+    ++id;
+  }
+}
+
+TEST_F(Loopback, CompletionChannelDeliversEventsAndHonoursNonblock) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  // Nothing pending: a non-blocking channel fd reports EAGAIN.
+  const int fl = fcntl(channel_->fd, F_GETFL);
+  ASSERT_EQ(fcntl(channel_->fd, F_SETFL, fl | O_NONBLOCK), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  ASSERT_EQ(fcntl(channel_->fd, F_SETFL, fl), 0);
+
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(ibv_req_notify_cq(rcq_, 0), 0);
+    ASSERT_EQ(PostRecv(b, i, 4096, 64), 0);
+    ASSERT_EQ(PostSend(a, i, 0, 64), 0);
+    pollfd p{channel_->fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 10000), 1);  // readable while an event is pending
+    ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+    EXPECT_EQ(ev_cq, rcq_);
+    EXPECT_EQ(ev_ctx, this);
+    ibv_ack_cq_events(ev_cq, 1);
+    EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+    EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  }
+  // Arming is one-shot: with no re-arm, a completion raises no event.
+  ASSERT_EQ(PostRecv(b, 99, 4096, 64), 0);
+  ASSERT_EQ(PostSend(a, 99, 0, 64), 0);
+  EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+  pollfd p{channel_->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 50), 0);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+}
+
+TEST_F(Loopback, ReqNotifyExtensionReportsMissedEvents) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  EXPECT_EQ(droce_req_notify_cq(rcq_, 0), -EINVAL);
+  EXPECT_EQ(droce_req_notify_cq(rcq_, DROCE_CQ_SOLICITED | DROCE_CQ_NEXT_COMP), -EINVAL);
+  EXPECT_EQ(droce_req_notify_cq(rcq_, 8 | DROCE_CQ_NEXT_COMP), -EINVAL);
+  EXPECT_EQ(droce_req_notify_cq(rcq_, DROCE_CQ_NEXT_COMP | DROCE_CQ_REPORT_MISSED_EVENTS), 0);
+  ASSERT_EQ(PostRecv(b, 1, 4096, 64), 0);
+  ASSERT_EQ(PostSend(a, 1, 0, 64), 0);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(ev_cq, 1);
+  // The completion is still in the CQ: arming again must report it.
+  EXPECT_GT(droce_req_notify_cq(rcq_, DROCE_CQ_NEXT_COMP | DROCE_CQ_REPORT_MISSED_EVENTS), 0);
+  EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  // Consume the event the second arm may raise later, so destroy can finish.
+  fcntl(channel_->fd, F_SETFL, fcntl(channel_->fd, F_GETFL) | O_NONBLOCK);
+  while (ibv_get_cq_event(channel_, &ev_cq, &ev_ctx) == 0) ibv_ack_cq_events(ev_cq, 1);
+}
+
+TEST_F(Loopback, BadCallsGetTheDocumentedErrors) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ASSERT_NE(a, nullptr);
+  // Posting a send before RTS fails (EINVAL) and names the bad WR.
+  EXPECT_EQ(PostSend(a, 1, 0, 8), EINVAL);
+  // Posting a receive in RESET fails.
+  EXPECT_EQ(PostRecv(a, 1, 0, 8), EINVAL);
+  // RESET → RTR skips INIT.
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), EINVAL);
+  // A missing required attribute.
+  attr.qp_state = IBV_QPS_INIT;
+  EXPECT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE | IBV_QP_PORT), EINVAL);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_STATE | IBV_QP_CAP, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_RESET);
+  EXPECT_GE(qi.cap.max_inline_data, 64u);
+  // Too many SGEs.
+  ToInit(a);
+  ibv_sge sges[8] = {};
+  ibv_recv_wr rwr{};
+  rwr.sg_list = sges;
+  rwr.num_sge = 8;
+  ibv_recv_wr* rbad = nullptr;
+  EXPECT_EQ(ibv_post_recv(a, &rwr, &rbad), EINVAL);
+  EXPECT_EQ(rbad, &rwr);
+  // Unsupported QP types and objects fail cleanly.
+  ibv_qp_init_attr ud{};
+  ud.send_cq = scq_;
+  ud.recv_cq = scq_;
+  ud.qp_type = IBV_QPT_UD;
+  ud.cap.max_send_wr = ud.cap.max_recv_wr = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd_, &ud), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_srq_init_attr sa{};
+  errno = 0;
+  EXPECT_EQ(ibv_create_srq(pd_, &sa), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  // Objects still in use cannot be destroyed.
+  EXPECT_EQ(ibv_destroy_cq(scq_), EBUSY);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);
+  EXPECT_EQ(ibv_destroy_comp_channel(channel_), EBUSY);
+  // Bad CQ sizes.
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(ctx_, 0, nullptr, nullptr, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // MR rights: remote write needs local write.
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, buf_.data(), 64, IBV_ACCESS_REMOTE_WRITE), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+TEST_F(Loopback, BadLkeyFailsTheWqeAndFlushesTheRest) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ASSERT_EQ(PostSend(a, 1, 0, 100, IBV_SEND_SIGNALED, 0xdead00), 0);
+  ASSERT_EQ(PostSend(a, 2, 0, 100, 0), 0);  // unsignaled, still flushed
+  auto c = Poll(scq_, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].wr_id, 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(c[1].wr_id, 2u);
+  EXPECT_EQ(c[1].status, IBV_WC_WR_FLUSH_ERR);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
+}
+
+TEST_F(Loopback, ReceiveTooSmallIsLengthErrorOnBothSides) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ASSERT_EQ(PostRecv(b, 5, 4096, 10), 0);
+  ASSERT_EQ(PostRecv(b, 6, 4096, 10), 0);
+  ASSERT_EQ(PostSend(a, 7, 0, 100), 0);
+  auto r = Poll(rcq_, 2);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].status, IBV_WC_LOC_LEN_ERR);
+  EXPECT_EQ(r[1].status, IBV_WC_WR_FLUSH_ERR);  // the responder QP went to ERR
+  auto s = Poll(scq_, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].status, IBV_WC_REM_INV_REQ_ERR);
+}
+
+TEST_F(Loopback, FullCqRaisesCqErrAndMovesTheQpToError) {
+  ibv_cq* tiny = ibv_create_cq(ctx_, 2, nullptr, nullptr, 0);
+  ASSERT_NE(tiny, nullptr);
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, tiny);
+  Connect(a, b);
+  const int cap = tiny->cqe;
+  for (int i = 0; i < cap + 1; ++i) ASSERT_EQ(PostRecv(b, i, 4096, 64), 0);
+  for (int i = 0; i < cap + 1; ++i) ASSERT_EQ(PostSend(a, i, 0, 8), 0);
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(ev.element.cq, tiny);
+  ibv_ack_async_event(&ev);
+  // Nothing already in the CQ was lost.
+  auto r = Poll(tiny, cap);
+  EXPECT_EQ(static_cast<int>(r.size()), cap);
+  for (auto& w : r) EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(b, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_ERR);
+  Poll(scq_, cap + 1);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.pop_back();
+  EXPECT_EQ(ibv_destroy_cq(tiny), 0);
+}
+
+TEST_F(Loopback, ExtendedQpPostsThroughWrApi) {
+  ibv_qp_init_attr_ex ax{};
+  ax.send_cq = scq_;
+  ax.recv_cq = scq_;
+  ax.cap.max_send_wr = ax.cap.max_recv_wr = 16;
+  ax.cap.max_send_sge = ax.cap.max_recv_sge = 1;
+  ax.qp_type = IBV_QPT_RC;
+  ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ax.pd = pd_;
+  ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  ibv_qp* a = ibv_create_qp_ex(ctx_, &ax);
+  ASSERT_NE(a, nullptr);
+  qps_.push_back(a);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  ASSERT_NE(x, nullptr);
+  std::memcpy(buf_.data(), "hello droce", 11);
+  ASSERT_EQ(PostRecv(b, 1, 4096, 64), 0);
+  ibv_wr_start(x);
+  x->wr_id = 42;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_send_imm(x, htobe32(0x1234));
+  ibv_wr_set_sge(x, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data()), 11);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(r[0].wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(be32toh(r[0].imm_data), 0x1234u);
+  EXPECT_EQ(std::memcmp(buf_.data() + 4096, "hello droce", 11), 0);
+  auto s = Poll(scq_, 1);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].wr_id, 42u);
+  // An operation droce does not implement fails the whole batch.
+  ibv_wr_start(x);
+  x->wr_id = 43;
+  ibv_wr_rdma_write(x, 1, 0);
+  EXPECT_EQ(ibv_wr_complete(x), EOPNOTSUPP);
+  // Without SEND_OPS_FLAGS support for RDMA WRITE, creation is refused.
+  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_, &ax), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+}  // namespace
