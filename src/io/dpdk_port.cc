@@ -85,7 +85,7 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
   if (name.rfind("net_", 0) == 0 || name.rfind("eth_", 0) == 0) {
     if (int rc = rte_vdev_init(name.c_str(), params.c_str()); rc != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("link '", devargs, "': cannot create device (", rte_strerror(-rc), ")"));
+          absl::StrCat("link '", devargs, "': cannot create the DPDK device (unknown driver or bad arguments)"));
     }
     virtual_mac_ = name.rfind("net_memif", 0) == 0 || name.rfind("net_ring", 0) == 0;
   }
