@@ -17,10 +17,20 @@
 
 namespace droce::provider {
 
+struct Context;
+
+// Turns engine events into ibv_async_event entries on the context's queue.
+struct ContextEvents : public engine::EventSink {
+  Context* ctx = nullptr;
+  void QpEvent(uint64_t cookie, int event_type) override;
+  void SrqEvent(uint64_t cookie, int event_type) override;
+};
+
 struct ContextState {
   engine::Device* engine = nullptr;
   std::mutex async_mu;
   std::deque<ibv_async_event> async_events;
+  ContextEvents events;
 };
 
 // Standard layout, so that offsetof is well defined.
@@ -78,6 +88,20 @@ struct Cq {
 
 inline Cq* to_cq(ibv_cq* c) { return reinterpret_cast<Cq*>(c); }
 
+struct Ah {
+  ibv_ah ah;
+  uint32_t id = 0;
+};
+
+struct Srq {
+  ibv_srq srq;
+  engine::SrqHandle handle;
+  std::mutex mu;
+  uint32_t prod = 0;
+};
+
+inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
+
 struct Qp {
   ibv_qp_ex qpx;  // qpx.qp_base is the ibv_qp
   engine::QpHandle handle;
@@ -98,6 +122,7 @@ int poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
 void init_qp_ex_ops(ibv_qp_ex* qpx);
 bool context_is_ours(ibv_context* c);
 

@@ -15,11 +15,18 @@ namespace {
 // so that a busy-polling application and droce's worker can share a core.
 constexpr unsigned kEmptyPollsBeforeYield = 64;
 
-bool map_send_op(ibv_wr_opcode op, queue::WqeOp* out) {
+// Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)).
+bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
   switch (op) {
     case IBV_WR_SEND: *out = queue::WqeOp::kSend; return true;
     case IBV_WR_SEND_WITH_IMM: *out = queue::WqeOp::kSendImm; return true;
-    default: return false;  // RDMA, atomics, MW ops come with the full transport
+    case IBV_WR_RDMA_WRITE: *out = queue::WqeOp::kWrite; return type != IBV_QPT_UD;
+    case IBV_WR_RDMA_WRITE_WITH_IMM: *out = queue::WqeOp::kWriteImm; return type != IBV_QPT_UD;
+    case IBV_WR_SEND_WITH_INV: *out = queue::WqeOp::kSendInv; return type == IBV_QPT_RC;
+    case IBV_WR_RDMA_READ: *out = queue::WqeOp::kRead; return type == IBV_QPT_RC;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: *out = queue::WqeOp::kCmpSwap; return type == IBV_QPT_RC;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: *out = queue::WqeOp::kFetchAdd; return type == IBV_QPT_RC;
+    default: return false;  // memory-window binds and LOCAL_INV are not implemented
   }
 }
 
@@ -86,7 +93,9 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 // Writes one send WQE at the producer index; returns 0 or an errno.
 static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
   queue::WqeOp op;
-  if (!map_send_op(wr->opcode, &op)) return EINVAL;
+  const ibv_qp_type type = q->qpx.qp_base.qp_type;
+  if (!map_send_op(type, wr->opcode, &op)) return EINVAL;
+  if (type == IBV_QPT_UD && wr->wr.ud.ah == nullptr) return EINVAL;
   if (wr->num_sge < 0) return EINVAL;
   const bool inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
   if (!inl && static_cast<uint32_t>(wr->num_sge) > q->max_send_sge) return EINVAL;
@@ -97,6 +106,35 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
   w.op = op;
   w.flags = map_send_flags(wr->send_flags);
   w.imm_data = wr->imm_data;
+  switch (op) {
+    case queue::WqeOp::kSendInv:
+      w.rkey = wr->invalidate_rkey;
+      w.imm_data = 0;
+      break;
+    case queue::WqeOp::kWrite:
+    case queue::WqeOp::kWriteImm:
+    case queue::WqeOp::kRead:
+      w.remote_addr = wr->wr.rdma.remote_addr;
+      w.rkey = wr->wr.rdma.rkey;
+      break;
+    case queue::WqeOp::kCmpSwap:
+    case queue::WqeOp::kFetchAdd:
+      w.remote_addr = wr->wr.atomic.remote_addr;
+      w.compare_add = wr->wr.atomic.compare_add;
+      w.swap = wr->wr.atomic.swap;
+      w.rkey = wr->wr.atomic.rkey;
+      break;
+    default:
+      break;
+  }
+  if (type == IBV_QPT_UD) {
+    w.ah = reinterpret_cast<Ah*>(wr->wr.ud.ah)->id;
+    w.remote_qpn = wr->wr.ud.remote_qpn;
+    w.remote_qkey = wr->wr.ud.remote_qkey;
+  }
+  if (inl && (op == queue::WqeOp::kRead || op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd)) {
+    return EINVAL;  // inline data is for data the requester sends
+  }
   if (inl) {
     // Inline data is copied now; the application may reuse its buffers as
     // soon as ibv_post_send returns.
@@ -157,7 +195,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   int rc = 0;
   {
     std::lock_guard<std::mutex> l(q->rq_mu);
-    if (ibqp->state == IBV_QPS_RESET) {
+    if (ibqp->state == IBV_QPS_RESET || ibqp->srq != nullptr) {
       if (bad) *bad = wr;
       return EINVAL;
     }
@@ -187,6 +225,35 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     else return rc;
   }
   to_ctx(ibqp->context)->s->engine->Doorbell(q->handle);
+  return rc;
+}
+
+int post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (ibsrq == nullptr) return EINVAL;
+  Srq* s = to_srq(ibsrq);
+  int rc = 0;
+  std::lock_guard<std::mutex> l(s->mu);
+  queue::Ring& ring = s->handle.ring;
+  const uint32_t start = s->prod;
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > s->handle.max_sge) rc = EINVAL;
+    else if (s->prod - ring.load_cons_acquire() >= ring.size()) rc = ENOMEM;
+    if (rc != 0) {
+      if (bad) *bad = wr;
+      break;
+    }
+    uint8_t* slot = ring.slot(s->prod);
+    queue::RecvWqe w{wr->wr_id, static_cast<uint32_t>(wr->num_sge), 0};
+    std::memcpy(slot, &w, sizeof(w));
+    auto* sges = reinterpret_cast<queue::Sge*>(slot + sizeof(queue::RecvWqe));
+    for (int i = 0; i < wr->num_sge; ++i) {
+      queue::Sge sg{wr->sg_list[i].addr, wr->sg_list[i].length, wr->sg_list[i].lkey};
+      std::memcpy(&sges[i], &sg, sizeof(sg));
+    }
+    ++s->prod;
+  }
+  // The worker reads the SRQ when a request needs a WQE; no doorbell needed.
+  if (s->prod != start) ring.publish_prod(s->prod);
   return rc;
 }
 
@@ -308,16 +375,64 @@ void wr_unsupported(ibv_qp_ex* qpx) {
   Qp* q = to_qp(qpx);
   if (!q->wr_err) q->wr_err = EOPNOTSUPP;
 }
-void wr_rdma_write(ibv_qp_ex* q, uint32_t, uint64_t) { wr_unsupported(q); }
-void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t, uint64_t, __be32) { wr_unsupported(q); }
-void wr_rdma_read(ibv_qp_ex* q, uint32_t, uint64_t) { wr_unsupported(q); }
-void wr_cmp_swp(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t, uint64_t) { wr_unsupported(q); }
-void wr_fetch_add(ibv_qp_ex* q, uint32_t, uint64_t, uint64_t) { wr_unsupported(q); }
+bool wr_allowed(ibv_qp_ex* qpx, ibv_wr_opcode op) {
+  queue::WqeOp unused;
+  if (map_send_op(qpx->qp_base.qp_type, op, &unused)) return true;
+  Qp* q = to_qp(qpx);
+  if (!q->wr_err) q->wr_err = EINVAL;
+  return false;
+}
+void wr_rdma_common(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t rkey, uint64_t addr, uint32_t imm) {
+  wr_begin(qpx, op, imm);
+  Qp* q = to_qp(qpx);
+  if (q->wr_err) return;
+  cur_wqe(q)->remote_addr = addr;
+  cur_wqe(q)->rkey = rkey;
+}
+void wr_rdma_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (wr_allowed(q, IBV_WR_RDMA_WRITE)) wr_rdma_common(q, queue::WqeOp::kWrite, rkey, addr, 0);
+}
+void wr_rdma_write_imm(ibv_qp_ex* q, uint32_t rkey, uint64_t addr, __be32 imm) {
+  if (wr_allowed(q, IBV_WR_RDMA_WRITE_WITH_IMM)) wr_rdma_common(q, queue::WqeOp::kWriteImm, rkey, addr, imm);
+}
+void wr_rdma_read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
+  if (wr_allowed(q, IBV_WR_RDMA_READ)) wr_rdma_common(q, queue::WqeOp::kRead, rkey, addr, 0);
+}
+void wr_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
+  if (!wr_allowed(qpx, IBV_WR_ATOMIC_CMP_AND_SWP)) return;
+  wr_rdma_common(qpx, queue::WqeOp::kCmpSwap, rkey, addr, 0);
+  Qp* q = to_qp(qpx);
+  if (q->wr_err) return;
+  cur_wqe(q)->compare_add = compare;
+  cur_wqe(q)->swap = swap;
+}
+void wr_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
+  if (!wr_allowed(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD)) return;
+  wr_rdma_common(qpx, queue::WqeOp::kFetchAdd, rkey, addr, 0);
+  Qp* q = to_qp(qpx);
+  if (q->wr_err) return;
+  cur_wqe(q)->compare_add = add;
+}
+void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
+  if (!wr_allowed(qpx, IBV_WR_SEND_WITH_INV)) return;
+  wr_begin(qpx, queue::WqeOp::kSendInv, 0);
+  Qp* q = to_qp(qpx);
+  if (!q->wr_err) cur_wqe(q)->rkey = rkey;
+}
+void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  Qp* q = to_qp(qpx);
+  if (q->wr_err) return;
+  if (q->wr_cur == nullptr || ah == nullptr || qpx->qp_base.qp_type != IBV_QPT_UD) {
+    q->wr_err = EINVAL;
+    return;
+  }
+  cur_wqe(q)->ah = reinterpret_cast<Ah*>(ah)->id;
+  cur_wqe(q)->remote_qpn = remote_qpn;
+  cur_wqe(q)->remote_qkey = remote_qkey;
+}
 void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { wr_unsupported(q); }
 void wr_local_inv(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
-void wr_send_inv(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
-void wr_set_ud_addr(ibv_qp_ex* q, ibv_ah*, uint32_t, uint32_t) { wr_unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { wr_unsupported(q); }
 

@@ -74,10 +74,14 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->max_cqe = engine::Limits::kMaxCqe;
   a->max_mr = engine::Limits::kMaxMr;
   a->max_pd = engine::Limits::kMaxPd;
-  a->max_qp_rd_atom = 0;  // RDMA READ and atomics are not implemented yet
-  a->max_res_rd_atom = 0;
-  a->max_qp_init_rd_atom = 0;
-  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_qp_rd_atom = 16;
+  a->max_res_rd_atom = 16 * engine::Limits::kMaxQp;
+  a->max_qp_init_rd_atom = 16;
+  a->atomic_cap = IBV_ATOMIC_HCA;  // atomic also against the host's own CPUs
+  a->max_srq = engine::Limits::kMaxQp;
+  a->max_srq_wr = engine::Limits::kMaxQpWr;
+  a->max_srq_sge = engine::Limits::kMaxSge;
+  a->max_ah = 1 << 20;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;
@@ -122,10 +126,6 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
 
 ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
 
-int post_srq_recv_unsupported(ibv_srq*, ibv_recv_wr*, ibv_recv_wr** bad) {
-  if (bad) *bad = nullptr;
-  return EOPNOTSUPP;
-}
 ibv_mw* alloc_mw_unsupported(ibv_pd*, ibv_mw_type) {
   errno = EOPNOTSUPP;
   return nullptr;
@@ -207,6 +207,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   std::memset(&ctx->vctx, 0, sizeof(ctx->vctx));
   ctx->s = new ContextState();
   ctx->s->engine = *dev;
+  ctx->s->events.ctx = ctx;
   verbs_context& v = ctx->vctx;
   ibv_context& c = v.context;
   c.device = device;
@@ -226,7 +227,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.req_notify_cq = req_notify_cq;
   c.ops.post_send = post_send;
   c.ops.post_recv = post_recv;
-  c.ops.post_srq_recv = post_srq_recv_unsupported;
+  c.ops.post_srq_recv = post_srq_recv;
   c.ops.alloc_mw = alloc_mw_unsupported;
   c.ops.bind_mw = bind_mw_unsupported;
   c.ops.dealloc_mw = dealloc_mw_unsupported;

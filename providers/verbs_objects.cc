@@ -110,6 +110,22 @@ void ChannelNotifier::CqError(uint64_t cookie) {
   push_async_event(to_ctx(cq->cq.context), ev);
 }
 
+void ContextEvents::QpEvent(uint64_t cookie, int event_type) {
+  Qp* qp = reinterpret_cast<Qp*>(cookie);
+  ibv_async_event ev{};
+  ev.element.qp = &qp->qpx.qp_base;
+  ev.event_type = static_cast<ibv_event_type>(event_type);
+  push_async_event(ctx, ev);
+}
+
+void ContextEvents::SrqEvent(uint64_t cookie, int event_type) {
+  Srq* srq = reinterpret_cast<Srq*>(cookie);
+  ibv_async_event ev{};
+  ev.element.srq = &srq->srq;
+  ev.event_type = static_cast<ibv_event_type>(event_type);
+  push_async_event(ctx, ev);
+}
+
 void CqAsync::CqError(uint64_t cookie) {
   Cq* cq = reinterpret_cast<Cq*>(cookie);
   ibv_async_event ev{};
@@ -124,22 +140,31 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
     errno = EINVAL;
     return nullptr;
   }
-  if (attr->srq != nullptr) {
-    errno = EOPNOTSUPP;  // SRQ comes with the full transport
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
+    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
     return nullptr;
   }
-  if (attr->qp_type != IBV_QPT_RC) {
-    errno = EOPNOTSUPP;
+  if (attr->srq != nullptr && attr->srq->context != c) {
+    errno = EINVAL;
     return nullptr;
   }
-  constexpr uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+  if (attr->qp_type != IBV_QPT_UD) kSupportedOps |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+  if (attr->qp_type == IBV_QPT_RC) {
+    kSupportedOps |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+  }
   if (ex && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~kSupportedOps)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
+  auto* qp = new Qp();
   engine::QpCreateArgs a;
-  a.type = transport::QpType::kRc;
+  a.type = static_cast<transport::QpType>(attr->qp_type);
+  a.srq = attr->srq != nullptr ? to_srq(attr->srq)->handle.id : 0;
+  a.events = &to_ctx(c)->s->events;
+  a.cookie = reinterpret_cast<uint64_t>(qp);
   a.pd = reinterpret_cast<Pd*>(pd)->id;
   a.send_cq = to_cq(attr->send_cq)->handle.id;
   a.recv_cq = to_cq(attr->recv_cq)->handle.id;
@@ -151,10 +176,10 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   a.sq_sig_all = attr->sq_sig_all != 0;
   auto h = engine_of(c)->CreateQp(a);
   if (!h.ok()) {
+    delete qp;
     errno = status_errno(h.status());
     return nullptr;
   }
-  auto* qp = new Qp();
   std::memset(&qp->qpx, 0, sizeof(qp->qpx));
   qp->handle = *h;
   qp->max_send_sge = h->caps.max_send_sge;
@@ -166,7 +191,7 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   q.pd = pd;
   q.send_cq = attr->send_cq;
   q.recv_cq = attr->recv_cq;
-  q.srq = nullptr;
+  q.srq = attr->srq;
   q.handle = h->qpn;
   q.qp_num = h->qpn;
   q.state = IBV_QPS_RESET;
@@ -465,6 +490,145 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
     return nullptr;
   }
   return &to_qp(qp)->qpx;
+}
+
+ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* s = new Srq();
+  auto h = engine_of(pd->context)
+               ->CreateSrq(reinterpret_cast<Pd*>(pd)->id, attr->attr.max_wr, attr->attr.max_sge,
+                           attr->attr.srq_limit, &to_ctx(pd->context)->s->events,
+                           reinterpret_cast<uint64_t>(s));
+  if (!h.ok()) {
+    delete s;
+    errno = status_errno(h.status());
+    return nullptr;
+  }
+  s->handle = *h;
+  s->srq.context = pd->context;
+  s->srq.srq_context = attr->srq_context;
+  s->srq.pd = pd;
+  s->srq.handle = h->id;
+  pthread_mutex_init(&s->srq.mutex, nullptr);
+  pthread_cond_init(&s->srq.cond, nullptr);
+  s->srq.events_completed = 0;
+  attr->attr.max_wr = h->max_wr;
+  attr->attr.max_sge = h->max_sge;
+  return &s->srq;
+}
+
+int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  if (srq == nullptr || attr == nullptr) return EINVAL;
+  if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported (ibv_modify_srq(3): EINVAL)
+  if (mask & IBV_SRQ_LIMIT) {
+    Srq* s = to_srq(srq);
+    if (attr->srq_limit > s->handle.max_wr) return EINVAL;
+    return engine_of(srq->context)->ModifySrq(s->handle.id, attr->srq_limit);
+  }
+  return 0;
+}
+
+int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (srq == nullptr || attr == nullptr) return EINVAL;
+  Srq* s = to_srq(srq);
+  auto limit = engine_of(srq->context)->QuerySrqLimit(s->handle.id);
+  if (!limit.ok()) return status_errno(limit.status());
+  attr->max_wr = s->handle.max_wr;
+  attr->max_sge = s->handle.max_sge;
+  attr->srq_limit = *limit;
+  return 0;
+}
+
+int ibv_destroy_srq(ibv_srq* srq) {
+  if (srq == nullptr) return EINVAL;
+  Srq* s = to_srq(srq);
+  if (int rc = status_errno(engine_of(srq->context)->DestroySrq(s->handle.id)); rc != 0) return rc;
+  pthread_mutex_destroy(&srq->mutex);
+  pthread_cond_destroy(&srq->cond);
+  delete s;
+  return 0;
+}
+
+ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  droce::transport::AddressVector av;
+  std::memcpy(av.dgid, attr->grh.dgid.raw, 16);
+  av.flow_label = attr->grh.flow_label;
+  av.sgid_index = attr->grh.sgid_index;
+  av.hop_limit = attr->grh.hop_limit;
+  av.traffic_class = attr->grh.traffic_class;
+  av.sl = attr->sl;
+  av.is_global = attr->is_global;
+  av.port_num = attr->port_num;
+  auto id = engine_of(pd->context)->CreateAh(reinterpret_cast<Pd*>(pd)->id, av);
+  if (!id.ok()) {
+    errno = status_errno(id.status());
+    return nullptr;
+  }
+  auto* ah = new Ah();
+  ah->id = *id;
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  ah->ah.handle = *id;
+  return &ah->ah;
+}
+
+int ibv_destroy_ah(ibv_ah* ah) {
+  if (ah == nullptr) return EINVAL;
+  Ah* a = reinterpret_cast<Ah*>(ah);
+  if (int rc = status_errno(engine_of(ah->context)->DestroyAh(a->id)); rc != 0) return rc;
+  delete a;
+  return 0;
+}
+
+// For RoCEv2 over IPv4 the 40-byte GRH area holds 20 zero bytes and then the
+// IPv4 header (see responder.cc); an IPv6 packet's GRH is its IPv6 header.
+int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                        ibv_ah_attr* ah_attr) {
+  if (context == nullptr || wc == nullptr || grh == nullptr || ah_attr == nullptr || port_num != 1) {
+    errno = EINVAL;
+    return -1;
+  }
+  std::memset(ah_attr, 0, sizeof(*ah_attr));
+  ah_attr->port_num = port_num;
+  ah_attr->sl = wc->sl;
+  if (!(wc->wc_flags & IBV_WC_GRH)) {
+    errno = EINVAL;  // RoCE always carries a GRH
+    return -1;
+  }
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  ah_attr->is_global = 1;
+  if ((raw[20] >> 4) == 4) {
+    const uint8_t* ip = raw + 20;
+    uint8_t* d = ah_attr->grh.dgid.raw;
+    d[10] = d[11] = 0xFF;
+    std::memcpy(d + 12, ip + 12, 4);  // the sender's address
+    ah_attr->grh.hop_limit = 64;
+    ah_attr->grh.traffic_class = ip[1];
+  } else {
+    std::memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, 16);
+    ah_attr->grh.hop_limit = 64;
+    ah_attr->grh.traffic_class = static_cast<uint8_t>(be32toh(grh->version_tclass_flow) >> 20);
+    ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xFFFFF;
+  }
+  ah_attr->grh.sgid_index = 0;
+  return 0;
+}
+
+ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  if (pd == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  ibv_ah_attr attr;
+  if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr) != 0) return nullptr;
+  return ibv_create_ah(pd, &attr);
 }
 
 int droce_req_notify_cq(ibv_cq* cq, unsigned int flags);

@@ -16,18 +16,6 @@ T* fail_null(int e = EOPNOTSUPP) {
 
 extern "C" {
 
-ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) { return fail_null<ibv_srq>(); }
-int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) { return EOPNOTSUPP; }
-int ibv_query_srq(ibv_srq*, ibv_srq_attr*) { return EOPNOTSUPP; }
-int ibv_destroy_srq(ibv_srq*) { return EOPNOTSUPP; }
-
-ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) { return fail_null<ibv_ah>(); }
-int ibv_destroy_ah(ibv_ah*) { return EOPNOTSUPP; }
-int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-  errno = EOPNOTSUPP;
-  return -1;
-}
-ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) { return fail_null<ibv_ah>(); }
 int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {
   errno = EOPNOTSUPP;
   return -1;

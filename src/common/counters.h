@@ -30,7 +30,11 @@ namespace droce {
   X(cq_overflow, "completions that could not be entered because the CQ was full")          \
   X(arp_requests, "ARP requests sent while resolving a destination")                       \
   X(arp_replies, "ARP replies sent for the device's own address")                          \
-  X(non_roce_drop, "received frames that were neither RoCEv2 nor ARP, dropped")
+  X(non_roce_drop, "received frames that were neither RoCEv2 nor ARP, dropped")           \
+  X(qkey_viol, "UD packets dropped because their Q_Key did not match the QP's")           \
+  X(dropped_msgs, "UC/UD messages dropped (no receive WQE, PSN gap, bad key or length)")   \
+  X(send_rem_access_err, "remote access error NAKs sent (bad rkey, rights or bounds)")    \
+  X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

@@ -73,11 +73,11 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   port_.prefix_len = cfg.prefix_len;
   port_.link_mtu = dpdk_.link_mtu();
   if (cfg.mac) {
-    dpdk_.SetMac(*cfg.mac);
+    (void)dpdk_.SetMac(*cfg.mac);
   } else if (loopback || dpdk_.is_virtual_mac()) {
     // Virtual links have no MAC of their own worth keeping; derive a locally
     // administered one from the address so that two processes differ.
-    dpdk_.SetMac({0x02, 0x00, static_cast<uint8_t>(cfg.ip >> 24), static_cast<uint8_t>(cfg.ip >> 16),
+    (void)dpdk_.SetMac({0x02, 0x00, static_cast<uint8_t>(cfg.ip >> 24), static_cast<uint8_t>(cfg.ip >> 16),
                   static_cast<uint8_t>(cfg.ip >> 8), static_cast<uint8_t>(cfg.ip)});
   }
   port_.mac = dpdk_.mac();
@@ -214,7 +214,6 @@ absl::Status Device::DestroyCq(uint32_t id) {
 }
 
 absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
-  if (a.type != transport::QpType::kRc) return absl::UnimplementedError("only RC QPs so far");
   if (a.max_send_wr > Limits::kMaxQpWr || a.max_recv_wr > Limits::kMaxQpWr ||
       a.max_send_sge > Limits::kMaxSge || a.max_recv_sge > Limits::kMaxSge ||
       a.max_inline > Limits::kMaxInline) {
@@ -252,6 +251,15 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
       s = absl::NotFoundError("no such PD or CQ");
       return;
     }
+    SrqEntry* srq = nullptr;
+    if (a.srq != 0) {
+      auto it = srqs_.find(a.srq);
+      if (it == srqs_.end()) {
+        s = absl::NotFoundError("no such SRQ");
+        return;
+      }
+      srq = &it->second;
+    }
     if (qps_.size() >= Limits::kMaxQp) {
       s = absl::ResourceExhaustedError("too many QPs");
       return;
@@ -269,11 +277,16 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.rq = h.rq;
     init.send_cq = scq->second.producer.get();
     init.recv_cq = rcq->second.producer.get();
+    init.srq = srq != nullptr ? srq->srq.get() : nullptr;
     init.port = {port_.mac, port_.ip, port_.active_mtu};
     entry->qp = std::make_unique<transport::Qp>(init, this);
     entry->pd = a.pd;
     entry->send_cq = a.send_cq;
     entry->recv_cq = a.recv_cq;
+    entry->srq = a.srq;
+    entry->events = a.events;
+    entry->cookie = a.cookie;
+    if (srq != nullptr) ++srq->users;
     ++pd->second;
     ++scq->second.users;
     ++rcq->second.users;
@@ -293,6 +306,7 @@ int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask)
     }
     rc = it->second->qp->Modify(attr, mask);
     if (rc == 0) Activate(it->second.get());
+    DeliverEvents(it->second.get());
   });
   return rc;
 }
@@ -321,9 +335,141 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;
     if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
     if (auto p = pds_.find(e->pd); p != pds_.end()) --p->second;
+    if (auto q = srqs_.find(e->srq); q != srqs_.end()) --q->second.users;
     qps_.erase(it);
   });
   return s;
+}
+
+absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge,
+                                            uint32_t limit, EventSink* events, uint64_t cookie) {
+  if (max_wr == 0 || max_wr > Limits::kMaxQpWr || max_sge == 0 || max_sge > Limits::kMaxSge ||
+      limit > max_wr) {
+    return absl::InvalidArgumentError("SRQ attributes out of range");
+  }
+  SrqHandle h;
+  h.max_wr = queue::round_up_pow2(max_wr);
+  h.max_sge = max_sge;
+  const uint32_t stride = sizeof(queue::RecvWqe) + max_sge * sizeof(queue::Sge);
+  auto shm = queue::ShmRegion::Create("droce-srq", queue::ring_bytes(h.max_wr, stride));
+  if (!shm.ok()) return shm.status();
+  h.ring = queue::Ring::Init(shm->data(), h.max_wr, stride);
+  absl::Status s;
+  RunOnWorker([&] {
+    auto p = pds_.find(pd);
+    if (p == pds_.end()) {
+      s = absl::NotFoundError("no such PD");
+      return;
+    }
+    h.id = next_srq_++;
+    SrqEntry e;
+    e.srq = std::make_unique<transport::Srq>(h.ring, max_sge);
+    e.srq->SetLimit(limit);
+    e.shm = std::move(*shm);
+    e.pd = pd;
+    e.events = events;
+    e.cookie = cookie;
+    ++p->second;
+    srqs_.emplace(h.id, std::move(e));
+  });
+  if (!s.ok()) return s;
+  return h;
+}
+
+int Device::ModifySrq(uint32_t id, uint32_t limit) {
+  int rc = 0;
+  RunOnWorker([&] {
+    auto it = srqs_.find(id);
+    if (it == srqs_.end()) rc = EINVAL;
+    else it->second.srq->SetLimit(limit);
+  });
+  return rc;
+}
+
+absl::StatusOr<uint32_t> Device::QuerySrqLimit(uint32_t id) {
+  absl::StatusOr<uint32_t> r = absl::NotFoundError("no such SRQ");
+  RunOnWorker([&] {
+    auto it = srqs_.find(id);
+    if (it != srqs_.end()) r = it->second.srq->limit();
+  });
+  return r;
+}
+
+absl::Status Device::DestroySrq(uint32_t id) {
+  absl::Status s;
+  RunOnWorker([&] {
+    auto it = srqs_.find(id);
+    if (it == srqs_.end()) s = absl::NotFoundError("no such SRQ");
+    else if (it->second.users != 0) s = absl::FailedPreconditionError("SRQ in use by a QP");
+    else {
+      if (auto p = pds_.find(it->second.pd); p != pds_.end()) --p->second;
+      srqs_.erase(it);
+    }
+  });
+  return s;
+}
+
+absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressVector& av) {
+  transport::AddressHandle ah;
+  ah.av = av;
+  ah.pd = pd;
+  // RoCE address handles need a GRH; droce routes IPv4-mapped GIDs.
+  if (!av.is_global || !transport::ipv4_mapped(av.dgid, &ah.dip) || av.sgid_index != 0) {
+    return absl::InvalidArgumentError("address handle needs an IPv4-mapped GID and sgid_index 0");
+  }
+  absl::StatusOr<uint32_t> r = absl::InternalError("unset");
+  RunOnWorker([&] {
+    auto p = pds_.find(pd);
+    if (p == pds_.end()) {
+      r = absl::NotFoundError("no such PD");
+      return;
+    }
+    const uint32_t id = next_ah_++;
+    ahs_.emplace(id, ah);
+    ++p->second;
+    r = id;
+  });
+  return r;
+}
+
+absl::Status Device::DestroyAh(uint32_t id) {
+  absl::Status s;
+  RunOnWorker([&] {
+    auto it = ahs_.find(id);
+    if (it == ahs_.end()) {
+      s = absl::NotFoundError("no such AH");
+      return;
+    }
+    if (auto p = pds_.find(it->second.pd); p != pds_.end()) --p->second;
+    ahs_.erase(it);
+  });
+  return s;
+}
+
+const transport::AddressHandle* Device::FindAh(uint32_t id) {
+  auto it = ahs_.find(id);
+  return it == ahs_.end() ? nullptr : &it->second;
+}
+
+bool Device::InvalidateRkey(uint32_t, uint32_t) {
+  // Memory windows and fast-registration MRs are the only invalidatable
+  // objects; droce has neither yet, and ordinary MRs may not be invalidated.
+  return false;
+}
+
+void Device::DeliverEvents(QpEntry* e) {
+  const uint32_t ev = e->qp->TakeEvents();
+  if (ev != 0 && e->events != nullptr) {
+    for (int t = 0; t < 32; ++t) {
+      if (ev & (1u << t)) e->events->QpEvent(e->cookie, t);
+    }
+  }
+  if (transport::Srq* srq = e->qp->srq(); srq != nullptr && srq->TakeLimitEvent()) {
+    auto it = srqs_.find(e->srq);
+    if (it != srqs_.end() && it->second.events != nullptr) {
+      it->second.events->SrqEvent(it->second.cookie, 16 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
+    }
+  }
 }
 
 Counters Device::ReadCounters() {

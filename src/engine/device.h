@@ -50,10 +50,22 @@ struct QpShared {
   alignas(queue::kCacheLine) std::atomic<uint32_t> doorbell_pending;
 };
 
+// Receives asynchronous events (IBV_EVENT_*) for QPs and SRQs; called on the
+// worker thread with the cookie given at creation.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+  virtual void QpEvent(uint64_t cookie, int event_type) = 0;
+  virtual void SrqEvent(uint64_t cookie, int event_type) = 0;
+};
+
 struct QpCreateArgs {
   transport::QpType type = transport::QpType::kRc;
   uint32_t pd = 0;
   uint32_t send_cq = 0, recv_cq = 0;
+  uint32_t srq = 0;  // 0: the QP has its own receive queue
+  EventSink* events = nullptr;
+  uint64_t cookie = 0;
   uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
   bool sq_sig_all = false;
 };
@@ -63,6 +75,12 @@ struct QpHandle {
   queue::Ring sq, rq;
   QpShared* shared = nullptr;
   transport::QpCaps caps;
+};
+
+struct SrqHandle {
+  uint32_t id = 0;
+  queue::Ring ring;
+  uint32_t max_wr = 0, max_sge = 0;
 };
 
 struct CqHandle {
@@ -103,6 +121,14 @@ class Device : public transport::TransportEnv {
   // Returns 0 or an errno.
   int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn);
+  absl::StatusOr<SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+                                      EventSink* events, uint64_t cookie);
+  // Arms the SRQ limit; returns 0 or an errno.
+  int ModifySrq(uint32_t id, uint32_t limit);
+  absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id);
+  absl::Status DestroySrq(uint32_t id);
+  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av);
+  absl::Status DestroyAh(uint32_t id);
   absl::Status DestroyQp(uint32_t qpn);
   Counters ReadCounters();
 
@@ -115,6 +141,8 @@ class Device : public transport::TransportEnv {
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(uint32_t dip, wire::MacAddr* mac) override;
   const mem::MrTable& Mrs() override { return mrs_; }
+  bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
+  const transport::AddressHandle* FindAh(uint32_t id) override;
   Counters& Stats() override { return stats_; }
 
  private:
@@ -124,7 +152,17 @@ class Device : public transport::TransportEnv {
     QpShared* shared = nullptr;
     bool active = false;  // on active_ (has something to send)
     bool timed = false;   // on timed_ (awaits ACKs)
-    uint32_t pd = 0, send_cq = 0, recv_cq = 0;
+    uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+    EventSink* events = nullptr;
+    uint64_t cookie = 0;
+  };
+  struct SrqEntry {
+    std::unique_ptr<transport::Srq> srq;
+    queue::ShmRegion shm;
+    uint32_t pd = 0;
+    uint32_t users = 0;
+    EventSink* events = nullptr;
+    uint64_t cookie = 0;
   };
   struct CqEntry {
     std::unique_ptr<cq::CqRegion> region;
@@ -154,6 +192,7 @@ class Device : public transport::TransportEnv {
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
   void IdleBackoff(unsigned idle_loops);
+  void DeliverEvents(QpEntry* e);
   // arp.cc
   void HandleArp(const uint8_t* f, size_t len);
   void SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip);
@@ -177,6 +216,10 @@ class Device : public transport::TransportEnv {
   absl::flat_hash_map<uint32_t, std::unique_ptr<QpEntry>> qps_;
   absl::flat_hash_map<uint32_t, CqEntry> cqs_;
   absl::flat_hash_map<uint32_t, uint32_t> pds_;  // pd → objects using it
+  absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
+  absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
+  uint32_t next_srq_ = 1;
+  uint32_t next_ah_ = 1;
   absl::flat_hash_map<uint32_t, Neighbor> neighbors_;
   mem::MrTable mrs_;
   std::vector<QpEntry*> active_, timed_;

@@ -61,6 +61,7 @@ bool Device::PollOnce() {
   for (size_t i = 0; i < active_.size();) {
     QpEntry* e = active_[i];
     const bool more = e->qp->PollSend(kSendBudget);
+    DeliverEvents(e);
     if (e->qp->HasOutstanding() && !e->timed) {
       e->timed = true;
       timed_.push_back(e);
@@ -130,6 +131,7 @@ void Device::HandleDoorbells() {
     // point enqueues the QP again.
     e->shared->doorbell_pending.exchange(0, std::memory_order_acq_rel);
     e->qp->OnRecvDoorbell();
+    DeliverEvents(e);
     Activate(e);
   };
   uint32_t qpn;
@@ -146,6 +148,7 @@ void Device::RunTimers(uint64_t now) {
   for (size_t i = 0; i < timed_.size();) {
     QpEntry* e = timed_[i];
     e->qp->OnTimer(now);
+    DeliverEvents(e);
     Activate(e);  // a timeout or RNR expiry may have made packets sendable
     if (e->qp->HasOutstanding()) {
       ++i;
@@ -209,9 +212,10 @@ void Device::HandleFrame(rte_mbuf* m) {
   nb.valid = true;
   e->qp->OnPacket(v);
   rte_pktmbuf_free(m);
-  // An ACK may have opened the window or retired WQEs; a request may have
-  // produced nothing to send but the QP is cheap to check.
-  if (v.info->mask & wire::kMaskResponse) Activate(e);
+  DeliverEvents(e);
+  // An ACK may have opened the window; a request may have left READ
+  // responses or ACKs to send.
+  if ((v.info->mask & wire::kMaskResponse) || e->qp->HasResponses()) Activate(e);
   if (e->qp->HasOutstanding() && !e->timed) {
     e->timed = true;
     timed_.push_back(e);

@@ -1,44 +1,76 @@
-// RC completer: ACKs and NAKs retire send WQEs in order; timeouts and NAKs
-// rewind the requester (go-back-N, IBA 9.7.5.2 and 9.9).
+// RC completer: ACKs, READ responses and atomic ACKs retire send WQEs in
+// order; NAKs and timeouts rewind the requester (go-back-N, IBA 9.7.5.2, 9.9).
 #include <cstring>
 
 #include "transport/qp.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
+namespace {
 
-// Completes, in order, every sent WQE whose last packet is before `psn`.
+bool needs_response(queue::WqeOp op) {
+  return op == queue::WqeOp::kRead || op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd;
+}
+
+uint8_t wc_opcode(queue::WqeOp op) {
+  switch (op) {
+    case queue::WqeOp::kWrite:
+    case queue::WqeOp::kWriteImm: return queue::wc::kOpRdmaWrite;
+    case queue::WqeOp::kRead: return queue::wc::kOpRdmaRead;
+    case queue::WqeOp::kCmpSwap: return queue::wc::kOpCompSwap;
+    case queue::WqeOp::kFetchAdd: return queue::wc::kOpFetchAdd;
+    default: return queue::wc::kOpSend;
+  }
+}
+
+}  // namespace
+
+// Retires the head WQE with `status`; false if its completion could not be
+// entered (the QP is then in error).
+bool Qp::CompleteWqe(SendCtx& ctx, uint8_t status) {
+  if (ctx.rd_counted) {
+    ctx.rd_counted = false;
+    --rd_atomic_inflight_;
+  }
+  if (status != queue::wc::kSuccess || sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
+    queue::Cqe c{};
+    c.wr_id = ctx.wqe.wr_id;
+    c.status = status;
+    c.opcode = wc_opcode(ctx.wqe.op);
+    c.byte_len = ctx.total_len;
+    c.qp_num = qpn_;
+    if (!PushSendCqe(c)) return false;
+  }
+  ++sq_comp_;
+  return true;
+}
+
+// Completes, in order, every sent WQE whose last PSN is before `psn`. A READ
+// or atomic completes only with its response; an ACK beyond one whose
+// response never came means the response was lost: resend it.
 void Qp::CompleteUpTo(uint32_t psn) {
-  bool progressed = false;
+  const uint32_t before = sq_comp_;
   while (sq_comp_ != sq_send_) {
     SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
     const uint32_t last_psn = wire::psn_add(ctx.first_psn, ctx.npkts - 1);
     if (!wire::psn_lt(last_psn, psn)) break;
-    if (sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
-      queue::Cqe c{};
-      c.wr_id = ctx.wqe.wr_id;
-      c.status = queue::wc::kSuccess;
-      c.opcode = queue::wc::kOpSend;
-      c.byte_len = ctx.total_len;
-      c.qp_num = qpn_;
-      if (!PushSendCqe(c)) return;  // the QP is now in error
+    if (needs_response(ctx.wqe.op) && !ctx.done) {
+      if (wire::psn_diff(psn, ctx.first_psn) > static_cast<int32_t>(ctx.resp_pkts)) {
+        GoBackTo(wire::psn_add(ctx.first_psn, ctx.resp_pkts));
+      }
+      break;
     }
-    ++sq_comp_;
-    progressed = true;
+    if (!CompleteWqe(ctx, queue::wc::kSuccess)) return;
   }
-  if (progressed) sq_.publish_cons(sq_comp_);
+  if (sq_comp_ != before) sq_.publish_cons(sq_comp_);
 }
 
 void Qp::CompleteHeadWithError(uint8_t status) {
   if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
     SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
-    queue::Cqe c{};
-    c.wr_id = ctx.wqe.wr_id;
-    c.status = status;
-    c.qp_num = qpn_;
-    if (PushSendCqe(c)) {
-      ++sq_comp_;
-      if (sq_send_ == sq_comp_ - 1) {
+    const bool was_sending = sq_send_ == sq_comp_;
+    if (CompleteWqe(ctx, status)) {
+      if (was_sending) {
         sq_send_ = sq_comp_;
         send_pkt_ = 0;
       }
@@ -54,7 +86,7 @@ void Qp::GoBackTo(uint32_t psn) {
   // when send_pkt_ != 0.
   const uint32_t end = send_pkt_ != 0 ? sq_send_ + 1 : sq_send_;
   for (uint32_t i = sq_comp_; i != end; ++i) {
-    const SendCtx& ctx = send_ctx_[i & (sq_.size() - 1)];
+    SendCtx& ctx = send_ctx_[i & (sq_.size() - 1)];
     const int32_t d = wire::psn_diff(psn, ctx.first_psn);
     if (d >= 0 && static_cast<uint32_t>(d) < ctx.npkts) {
       sq_send_ = i;
@@ -66,20 +98,128 @@ void Qp::GoBackTo(uint32_t psn) {
   // psn is not inside any sent WQE: nothing to resend.
 }
 
+// Places response data (READ payload, atomic original value) into the WQE's
+// local buffers, with local-write rights.
+bool Qp::ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32_t len) {
+  const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
+  const queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
+  uint32_t done = 0;
+  for (unsigned i = 0; i < ctx.wqe.num_sge && done < len; ++i) {
+    const queue::Sge& s = sges[i];
+    if (offset >= s.length) {
+      offset -= s.length;
+      continue;
+    }
+    const uint32_t n = std::min(s.length - offset, len - done);
+    uint8_t* host = nullptr;
+    if (env_->Mrs().Check(s.lkey, pd_, s.addr + offset, n, mem::kLocalWrite, &host) !=
+        mem::AccessError::kOk) {
+      return false;
+    }
+    std::memcpy(host, src + done, n);
+    done += n;
+    offset = 0;
+  }
+  return done == len;
+}
+
+void Qp::OnReadResponse(const wire::PacketView& pkt) {
+  const uint32_t psn = pkt.bth.psn;
+  CompleteUpTo(psn);
+  if (attr_.state == QpState::kErr || (sq_comp_ == sq_send_ && send_pkt_ == 0)) return;
+  SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+  if (ctx.wqe.op != queue::WqeOp::kRead || ctx.done) {
+    ++env_->Stats().stale_ack;
+    return;
+  }
+  const uint32_t expected = wire::psn_add(ctx.first_psn, ctx.resp_pkts);
+  const int32_t d = wire::psn_diff(psn, expected);
+  if (d < 0) {
+    ++env_->Stats().stale_ack;  // a duplicate response
+    return;
+  }
+  if (d > 0) {
+    // A response was lost: ask again for the rest, once per gap.
+    ++env_->Stats().rcvd_seq_err;
+    if (last_read_goback_psn_ != expected) {
+      last_read_goback_psn_ = expected;
+      GoBackTo(expected);
+    }
+    return;
+  }
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  const uint32_t offset = ctx.resp_pkts * mtu;
+  const bool first = pkt.info->mask & wire::kMaskFirst;
+  const bool last = pkt.info->mask & wire::kMaskLast;
+  const uint32_t remaining = ctx.total_len - offset;
+  const bool should_be_last = remaining <= mtu;
+  // IBA 9.7.5.1.4: responses come as FIRST/MIDDLE/LAST or ONLY and carry
+  // exactly a path MTU except the last.
+  if (first != (ctx.resp_pkts == 0) || last != should_be_last ||
+      pkt.payload_len != (last ? remaining : mtu)) {
+    CompleteHeadWithError(queue::wc::kBadRespErr);
+    return;
+  }
+  if (pkt.payload_len != 0 && !ScatterToSend(ctx, offset, pkt.payload, pkt.payload_len)) {
+    CompleteHeadWithError(queue::wc::kLocProtErr);
+    return;
+  }
+  ++ctx.resp_pkts;
+  last_progress_ns_ = env_->NowNs();
+  retries_left_ = attr_.retry_cnt;
+  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
+  if (last) {
+    ctx.done = true;
+    if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
+  }
+}
+
+void Qp::OnAtomicAck(const wire::PacketView& pkt) {
+  const uint32_t psn = pkt.bth.psn;
+  CompleteUpTo(psn);
+  if (attr_.state == QpState::kErr || (sq_comp_ == sq_send_ && send_pkt_ == 0)) return;
+  SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+  if ((ctx.wqe.op != queue::WqeOp::kCmpSwap && ctx.wqe.op != queue::WqeOp::kFetchAdd) ||
+      ctx.done || ctx.first_psn != psn) {
+    ++env_->Stats().stale_ack;
+    return;
+  }
+  // The original value goes to the local buffer in host order (verbs).
+  const uint64_t orig = wire::load_be64(pkt.ext(pkt.info->atomic_ack_eth));
+  uint8_t bytes[8];
+  std::memcpy(bytes, &orig, 8);
+  if (!ScatterToSend(ctx, 0, bytes, 8)) {
+    CompleteHeadWithError(queue::wc::kLocProtErr);
+    return;
+  }
+  ctx.done = true;
+  last_progress_ns_ = env_->NowNs();
+  retries_left_ = attr_.retry_cnt;
+  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
+  if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
+}
+
 void Qp::OnResponse(const wire::PacketView& pkt) {
+  if (type_ != QpType::kRc) {
+    ++env_->Stats().malformed_pkts;  // responses exist only on RC
+    return;
+  }
   if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
     ++env_->Stats().qp_state_drop;
     return;
   }
-  if (pkt.bth.opcode != wire::kRcAck) {
-    // Read responses and atomic ACKs come with the full transport.
-    ++env_->Stats().malformed_pkts;
-    return;
-  }
   const uint32_t psn = pkt.bth.psn;
-  // An ACK must name a PSN in [unacked - 1, next - 1]; anything else is stale.
+  // A response must name a PSN in [unacked - 1, next - 1]; anything else is stale.
   if (wire::psn_diff(psn, unacked_psn_) < -1 || !wire::psn_lt(psn, next_psn_)) {
     ++env_->Stats().stale_ack;
+    return;
+  }
+  if (pkt.info->mask & wire::kMaskRead) {
+    OnReadResponse(pkt);
+    return;
+  }
+  if (pkt.bth.opcode == wire::kRcAtomicAck) {
+    OnAtomicAck(pkt);
     return;
   }
   const wire::Aeth aeth = wire::read_aeth(pkt.ext(pkt.info->aeth));
@@ -112,6 +252,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     }
     case wire::AckType::kNak: {
       CompleteUpTo(psn);
+      if (attr_.state == QpState::kErr) return;
       unacked_psn_ = psn;
       switch (static_cast<wire::NakCode>(aeth.value())) {
         case wire::NakCode::kPsnSeqError:
@@ -140,7 +281,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
 }
 
 void Qp::OnTimer(uint64_t now) {
-  if (attr_.state != QpState::kRts) return;
+  if (attr_.state != QpState::kRts || type_ != QpType::kRc) return;
   if (rnr_wait_) {
     if (now >= rnr_resume_ns_) {
       rnr_wait_ = false;
@@ -158,7 +299,16 @@ void Qp::OnTimer(uint64_t now) {
     return;
   }
   --retries_left_;
-  GoBackTo(unacked_psn_);
+  last_read_goback_psn_ = 0xFFFFFFFF;
+  // Resend from the oldest packet not acknowledged (for a READ: from its
+  // first missing response).
+  uint32_t from = unacked_psn_;
+  if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
+    const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+    if (head.wqe.op == queue::WqeOp::kRead) from = wire::psn_add(head.first_psn, head.resp_pkts);
+    else if (wire::psn_lt(from, head.first_psn)) from = head.first_psn;
+  }
+  GoBackTo(from);
   last_progress_ns_ = now;
 }
 

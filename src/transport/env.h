@@ -11,6 +11,8 @@
 
 namespace droce::transport {
 
+struct AddressHandle;
+
 struct TxFrame {
   uint8_t* data = nullptr;
   uint32_t capacity = 0;
@@ -29,6 +31,11 @@ class TransportEnv {
   // The next-hop MAC for an IPv4 destination; false while it is being resolved.
   virtual bool ResolveMac(uint32_t dip, wire::MacAddr* mac) = 0;
   virtual const mem::MrTable& Mrs() = 0;
+  // Invalidates a memory window or invalidatable MR named by `rkey` on `pd`
+  // (SEND with invalidate, IBA 10.6.7.2); false if it cannot be invalidated.
+  virtual bool InvalidateRkey(uint32_t rkey, uint32_t pd) = 0;
+  // A UD address handle by id; nullptr if there is none.
+  virtual const AddressHandle* FindAh(uint32_t id) = 0;
   virtual Counters& Stats() = 0;
 };
 

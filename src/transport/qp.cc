@@ -7,6 +7,10 @@
 
 namespace droce::transport {
 
+// Responses (ACKs, READ responses, atomic ACKs) a responder can owe at once,
+// and atomic results it remembers for duplicates.
+constexpr uint32_t kMaxResponses = 64;
+
 const char* qp_state_name(QpState s) {
   switch (s) {
     case QpState::kReset: return "RESET";
@@ -38,6 +42,7 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
       caps_(init.caps),
       sq_(init.sq),
       rq_(init.rq),
+      srq_(init.srq),
       send_cq_(init.send_cq),
       recv_cq_(init.recv_cq),
       port_(init.port),
@@ -45,7 +50,25 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   send_ctx_.resize(sq_.size());
   send_sge_.resize(size_t{sq_.size()} * caps_.max_send_sge);
   send_inline_.resize(size_t{sq_.size()} * caps_.max_inline);
-  recv_sge_.resize(caps_.max_recv_sge);
+  recv_sge_.resize(srq_ != nullptr ? srq_->max_sge() : caps_.max_recv_sge);
+  responses_.resize(kMaxResponses);
+  atomic_history_.resize(kMaxResponses);
+}
+
+bool Srq::Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad) {
+  if (cons_ == ring_.load_prod_acquire()) return false;
+  const uint8_t* slot = ring_.slot(cons_);
+  std::memcpy(wqe, slot, sizeof(*wqe));
+  *bad = wqe->num_sge > std::min(max_sge, max_sge_);
+  if (!*bad) std::memcpy(sges, slot + sizeof(queue::RecvWqe), sizeof(queue::Sge) * wqe->num_sge);
+  ++cons_;
+  ring_.publish_cons(cons_);
+  // IBA 11.2.3: the limit event fires once when the WQE count drops below it.
+  if (limit_ != 0 && ring_.load_prod_acquire() - cons_ < limit_) {
+    limit_ = 0;
+    limit_fired_ = true;
+  }
+  return true;
 }
 
 namespace {
@@ -107,14 +130,14 @@ Transition transition(QpType type, QpState cur, QpState next) {
   return {0, 0, false};
 }
 
+}  // namespace
+
 bool ipv4_mapped(const uint8_t* gid, uint32_t* ip) {
   static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
   if (std::memcmp(gid, kPrefix, 12) != 0) return false;
   *ip = (uint32_t{gid[12]} << 24) | (uint32_t{gid[13]} << 16) | (uint32_t{gid[14]} << 8) | gid[15];
   return true;
 }
-
-}  // namespace
 
 bool Qp::ModifyAllowed(QpState cur, QpState next, uint32_t mask) const {
   Transition t = transition(type_, cur, next);
@@ -141,6 +164,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     // RoCE needs a GRH; droce routes IPv4-mapped GIDs in this release.
     if (!a.av.is_global || !ipv4_mapped(a.av.dgid, &dip) || a.av.sgid_index != 0) return EINVAL;
   }
+  if ((mask & kAttrQkey) && type_ != QpType::kUd) return EINVAL;
 
   if (mask & kAttrAccessFlags) attr_.access_flags = a.access_flags;
   if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
@@ -191,14 +215,19 @@ void Qp::ResetQueues() {
   const uint32_t sq_prod = sq_.load_prod_acquire();
   sq_comp_ = sq_send_ = sq_fetched_ = sq_prod;
   sq_.publish_cons(sq_prod);
-  rq_cons_ = rq_.load_prod_acquire();
-  rq_.publish_cons(rq_cons_);
+  if (srq_ == nullptr) {
+    rq_cons_ = rq_.load_prod_acquire();
+    rq_.publish_cons(rq_cons_);
+  }
   send_pkt_ = 0;
+  rd_atomic_inflight_ = 0;
+  in_write_message_ = false;
+  resp_head_ = resp_tail_ = 0;
+  for (auto& a : atomic_history_) a.valid = false;
   recv_ = RecvCtx{};
   rnr_wait_ = false;
   nak_sent_ = false;
   in_send_message_ = false;
-  recv_err_ = 0;
   msn_ = 0;
   mac_valid_ = false;
   attr_ = QpAttr{};
@@ -208,7 +237,11 @@ void Qp::EnterError() {
   attr_.state = QpState::kErr;
   rnr_wait_ = false;
   unacked_psn_ = next_psn_;
+  resp_head_ = resp_tail_ = 0;
+  rd_atomic_inflight_ = 0;
   FlushAll();
+  // IBA 11.6.3.1: a QP on an SRQ reports its last WQE once it is in error.
+  if (srq_ != nullptr) Raise(QpEvent::kLastWqeReached);
 }
 
 void Qp::FlushAll() {
@@ -241,7 +274,8 @@ void Qp::FlushAll() {
 }
 
 void Qp::OnRecvDoorbell() {
-  if (attr_.state != QpState::kErr) return;
+  // SRQ WQEs belong to every QP on the SRQ; an erroring QP does not flush them.
+  if (attr_.state != QpState::kErr || srq_ != nullptr) return;
   const uint32_t prod = rq_.load_prod_acquire();
   while (rq_cons_ != prod) {
     queue::RecvWqe w;
@@ -259,15 +293,23 @@ void Qp::OnRecvDoorbell() {
 
 bool Qp::PushSendCqe(const queue::Cqe& cqe) {
   if (send_cq_->Push(cqe, false)) return true;
+  // A completion that cannot be entered is never dropped silently: the CQ
+  // raised CQ_ERR, and the QP goes to error with QP_FATAL (IBA 11.6.2).
   ++env_->Stats().cq_overflow;
-  if (attr_.state != QpState::kErr) EnterError();
+  if (attr_.state != QpState::kErr) {
+    Raise(QpEvent::kFatal);
+    EnterError();
+  }
   return false;
 }
 
 bool Qp::PushRecvCqe(const queue::Cqe& cqe, bool solicited) {
   if (recv_cq_->Push(cqe, solicited)) return true;
   ++env_->Stats().cq_overflow;
-  if (attr_.state != QpState::kErr) EnterError();
+  if (attr_.state != QpState::kErr) {
+    Raise(QpEvent::kFatal);
+    EnterError();
+  }
   return false;
 }
 

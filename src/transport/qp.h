@@ -94,34 +94,77 @@ struct PortAddr {
   uint8_t max_mtu = 3;    // active_mtu as enum ibv_mtu
 };
 
+// A shared receive queue: one ring of receive WQEs that several QPs of one
+// worker consume (IBA 10.2.9). Owned by the worker.
+class Srq {
+ public:
+  Srq(queue::Ring ring, uint32_t max_sge) : ring_(ring), max_sge_(max_sge) {}
+  // Takes the next WQE into private memory; false if none is posted.
+  bool Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad);
+  // Arms the limit event (IBV_SRQ_LIMIT): fires once when fewer than `limit`
+  // WQEs remain.
+  void SetLimit(uint32_t limit) { limit_ = limit; }
+  uint32_t limit() const { return limit_; }
+  uint32_t max_sge() const { return max_sge_; }
+  uint32_t posted() const { return ring_.load_prod_acquire() - cons_; }
+  // Set by Take when the limit fired; the engine raises the async event.
+  bool TakeLimitEvent() {
+    bool f = limit_fired_;
+    limit_fired_ = false;
+    return f;
+  }
+  void Flush() { cons_ = ring_.load_prod_acquire(); ring_.publish_cons(cons_); }
+
+ private:
+  queue::Ring ring_;
+  uint32_t max_sge_;
+  uint32_t cons_ = 0;
+  uint32_t limit_ = 0;
+  bool limit_fired_ = false;
+};
+
+// An address handle (UD destinations).
+struct AddressHandle {
+  AddressVector av;
+  uint32_t dip = 0;  // host order, from the IPv4-mapped GID
+  uint32_t pd = 0;
+};
+
 struct QpInit {
   uint32_t qpn = 0;
   QpType type = QpType::kRc;
   uint32_t pd = 0;
   bool sq_sig_all = false;
   QpCaps caps;
-  queue::Ring sq, rq;
+  queue::Ring sq, rq;  // rq is unused when srq is set
+  Srq* srq = nullptr;
   cq::CqProducer* send_cq = nullptr;
   cq::CqProducer* recv_cq = nullptr;
   PortAddr port;
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
+bool ipv4_mapped(const uint8_t* gid, uint32_t* ip);
+
+// Asynchronous events a QP raises (values of enum ibv_event_type).
+enum class QpEvent : uint8_t { kFatal = 1, kReqErr = 2, kAccessErr = 3, kCommEst = 4, kSqDrained = 5, kLastWqeReached = 7 };
 
 class Qp {
  public:
   Qp(const QpInit& init, TransportEnv* env);
 
   uint32_t qpn() const { return qpn_; }
+  QpType type() const { return type_; }
   QpState state() const { return attr_.state; }
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
+  Srq* srq() const { return srq_; }
 
   // Control path (on the worker). Returns 0 or an errno (EINVAL).
   int Modify(const QpAttr& a, uint32_t mask);
 
-  // Datapath. PollSend sends up to `budget` packets; returns true while it
-  // has more to send right now.
+  // Datapath. PollSend sends up to `budget` packets (responses first, then
+  // requests); returns true while it has more to send right now.
   bool PollSend(unsigned budget);
   // A validated packet whose destination QPN is this QP.
   void OnPacket(const wire::PacketView& pkt);
@@ -129,37 +172,93 @@ class Qp {
   void OnTimer(uint64_t now_ns);
   // True while sent packets await acknowledgement (timers matter).
   bool HasOutstanding() const { return unacked_psn_ != next_psn_ || rnr_wait_; }
+  // True while the responder owes READ responses or ACKs.
+  bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
+  // Events raised since the last call (bit i = QpEvent value i).
+  uint32_t TakeEvents() {
+    uint32_t e = events_;
+    events_ = 0;
+    return e;
+  }
 
  private:
   struct SendCtx {
     queue::SendWqe wqe;
     uint32_t total_len = 0;
     uint32_t first_psn = 0;
-    uint32_t npkts = 0;
+    uint32_t npkts = 0;       // PSNs the WQE occupies (READ: response packets)
+    uint32_t resp_pkts = 0;   // READ responses received so far
+    bool done = false;        // READ/atomic: response received
+    bool rd_counted = false;  // counted in rd_atomic_inflight_
+    uint32_t dip = 0;         // UD: destination
+    uint32_t remote_qpn = 0;  // UD
+    uint32_t remote_qkey = 0; // UD
+    AddressVector av;         // UD
   };
   struct RecvCtx {
     queue::RecvWqe wqe;
     uint32_t offset = 0;  // bytes already placed
     bool active = false;
   };
+  // A response the responder owes, in PSN order (IBA 9.7.5.1: responses to
+  // READ and atomic requests and ACKs go back in the order of the requests).
+  struct Response {
+    enum Kind : uint8_t { kAck, kRead, kAtomicAck } kind = kAck;
+    uint32_t psn = 0;        // next PSN to send
+    uint32_t msn = 0;
+    uint8_t syndrome = 0;    // ACK
+    uint64_t va = 0;         // READ: next address (iova)
+    uint32_t rkey = 0;
+    uint32_t remaining = 0;  // READ: bytes still to send
+    bool first = true;       // READ: next packet is the first
+    bool finished = false;   // READ: the last packet has been sent
+    uint64_t orig = 0;       // atomic result
+    wire::MacAddr dmac{};
+    uint32_t dip = 0;
+  };
+  struct AtomicRecord {
+    uint32_t psn = 0;
+    uint64_t orig = 0;
+    bool valid = false;
+  };
 
   // requester.cc
   bool FetchSendWqe();
+  uint8_t ValidateSendWqe(SendCtx& ctx, uint32_t slot);
   bool BuildRequestPacket(SendCtx& ctx, uint32_t pkt);
   uint32_t Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t len, uint8_t* dst,
                   bool* prot_err);
+  bool FailHead(SendCtx& ctx, uint8_t status);
+  void CompleteUnreliable(SendCtx& ctx);
   // completer.cc
   void OnResponse(const wire::PacketView& pkt);
+  void OnReadResponse(const wire::PacketView& pkt);
+  void OnAtomicAck(const wire::PacketView& pkt);
   void CompleteUpTo(uint32_t psn_exclusive);
+  bool CompleteWqe(SendCtx& ctx, uint8_t status);
   void CompleteHeadWithError(uint8_t status);
   void GoBackTo(uint32_t psn);
+  bool ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32_t len);
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
+  void OnUnreliableRequest(const wire::PacketView& pkt);
+  void OnUdRequest(const wire::PacketView& pkt);
+  bool TakeRecvWqe(bool* bad);
   void SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
+  void QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
   bool Scatter(const uint8_t* src, uint32_t len, uint8_t* status);
-  void CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm);
+  void CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm,
+                    uint8_t opcode = queue::wc::kOpRecv);
+  void ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status);
+  // responder_rd.cc (READ and atomics)
+  void OnReadRequest(const wire::PacketView& pkt, bool duplicate);
+  void OnAtomicRequest(const wire::PacketView& pkt, bool duplicate);
+  bool SendResponses(unsigned* budget);
+  bool BuildReadResponse(Response& r);
+  bool BuildAtomicAck(Response& r);
+  bool BuildAck(const Response& r);
   // qp.cc
   bool ModifyAllowed(QpState cur, QpState next, uint32_t mask) const;
   void EnterError();
@@ -168,6 +267,7 @@ class Qp {
   bool PushSendCqe(const queue::Cqe& cqe);
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
   wire::Ipv4Path PathTo(const wire::MacAddr& dmac) const;
+  void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
 
   uint32_t qpn_;
   QpType type_;
@@ -175,6 +275,7 @@ class Qp {
   bool sq_sig_all_;
   QpCaps caps_;
   queue::Ring sq_, rq_;
+  Srq* srq_;
   cq::CqProducer* send_cq_;
   cq::CqProducer* recv_cq_;
   PortAddr port_;
@@ -183,6 +284,7 @@ class Qp {
   uint32_t dip_ = 0;
   uint16_t udp_sport_ = 0xC000;
   uint16_t ip_id_ = 0;
+  uint32_t events_ = 0;
 
   // Requester / completer. Ring indices (free-running): sq_comp_ <= sq_send_
   // <= sq_fetched_ <= provider's prod.
@@ -197,6 +299,8 @@ class Qp {
   uint32_t unacked_psn_ = 0;
   uint32_t retries_left_ = 7;
   uint32_t rnr_retries_left_ = 7;
+  uint32_t rd_atomic_inflight_ = 0;
+  uint32_t last_read_goback_psn_ = 0xFFFFFFFF;
   uint64_t last_progress_ns_ = 0;
   bool rnr_wait_ = false;
   uint64_t rnr_resume_ns_ = 0;
@@ -204,14 +308,21 @@ class Qp {
   wire::MacAddr dmac_{};
 
   // Responder.
-  std::vector<queue::Sge> recv_sge_;  // caps_.max_recv_sge, for the active WQE
+  std::vector<queue::Sge> recv_sge_;  // max receive SGEs, for the active WQE
   RecvCtx recv_;
   uint32_t rq_cons_ = 0;
   uint32_t epsn_ = 0;
   uint32_t msn_ = 0;
   bool nak_sent_ = false;
   bool in_send_message_ = false;
-  uint8_t recv_err_ = 0;   // a failed message: drop its remaining packets
+  bool in_write_message_ = false;
+  uint8_t* write_host_ = nullptr;   // next byte of the current RDMA WRITE
+  uint32_t write_remaining_ = 0;
+  uint32_t write_len_ = 0;
+  std::vector<Response> responses_;  // ring, kMaxResponses
+  uint32_t resp_head_ = 0, resp_tail_ = 0;
+  std::vector<AtomicRecord> atomic_history_;
+  uint32_t atomic_next_ = 0;
 };
 
 // IBA table 45: RNR NAK timer code → nanoseconds.

@@ -1,4 +1,6 @@
-// RC requester: send WQEs → packets (IBA 9.7.1 – 9.7.4).
+// Requester: send WQEs → packets (IBA 9.7.1 – 9.7.4). RC keeps every WQE
+// until the completer retires it; UC and UD complete a WQE once its last
+// packet is on the wire.
 #include <cstring>
 
 #include "transport/qp.h"
@@ -14,7 +16,85 @@ constexpr uint32_t kAckReqEvery = 64;
 // Largest message: IBA allows 2^31 bytes.
 constexpr uint64_t kMaxMessage = 1ull << 31;
 
+bool is_read(queue::WqeOp op) { return op == queue::WqeOp::kRead; }
+bool is_atomic(queue::WqeOp op) { return op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd; }
+bool is_write(queue::WqeOp op) { return op == queue::WqeOp::kWrite || op == queue::WqeOp::kWriteImm; }
+
+// The opcode of packet (first, last) of a WQE on a QP type.
+uint8_t request_opcode(QpType type, queue::WqeOp op, bool first, bool last) {
+  using namespace wire;
+  const uint8_t base = type == QpType::kUc ? 0x20 : 0x00;
+  switch (op) {
+    case queue::WqeOp::kSend:
+      return base + (first && last ? kRcSendOnly : first ? kRcSendFirst : last ? kRcSendLast : kRcSendMiddle);
+    case queue::WqeOp::kSendImm:
+      return base + (first && last ? kRcSendOnlyImm : first ? kRcSendFirst : last ? kRcSendLastImm : kRcSendMiddle);
+    case queue::WqeOp::kSendInv:
+      return first && last ? kRcSendOnlyInv : first ? kRcSendFirst : last ? kRcSendLastInv : kRcSendMiddle;
+    case queue::WqeOp::kWrite:
+      return base + (first && last ? kRcWriteOnly : first ? kRcWriteFirst : last ? kRcWriteLast : kRcWriteMiddle);
+    case queue::WqeOp::kWriteImm:
+      return base + (first && last ? kRcWriteOnlyImm : first ? kRcWriteFirst : last ? kRcWriteLastImm : kRcWriteMiddle);
+    case queue::WqeOp::kRead: return kRcReadRequest;
+    case queue::WqeOp::kCmpSwap: return kRcCompareSwap;
+    case queue::WqeOp::kFetchAdd: return kRcFetchAdd;
+    default: return 0xFF;
+  }
+}
+
 }  // namespace
+
+// Checks a snapshotted WQE against the QP type and capabilities; returns a
+// completion status (kSuccess if it may be sent).
+uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
+  const queue::SendWqe& w = ctx.wqe;
+  const uint8_t* src = sq_.slot(sq_fetched_);
+  bool op_ok = false;
+  switch (type_) {
+    case QpType::kRc:
+      op_ok = w.op <= queue::WqeOp::kFetchAdd;
+      break;
+    case QpType::kUc:
+      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm || is_write(w.op);
+      break;
+    case QpType::kUd:
+      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm;
+      break;
+  }
+  if (!op_ok) return queue::wc::kLocQpOpErr;
+  uint64_t total = 0;
+  if (w.flags & queue::kWqeInline) {
+    if (is_read(w.op) || is_atomic(w.op)) return queue::wc::kLocQpOpErr;
+    if (w.inline_len > caps_.max_inline) return queue::wc::kLocLenErr;
+    std::memcpy(&send_inline_[size_t{slot} * caps_.max_inline], src + sizeof(queue::SendWqe), w.inline_len);
+    total = w.inline_len;
+  } else {
+    if (w.num_sge > caps_.max_send_sge) return queue::wc::kLocLenErr;
+    queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
+    std::memcpy(sges, src + sizeof(queue::SendWqe), sizeof(queue::Sge) * w.num_sge);
+    for (unsigned i = 0; i < w.num_sge; ++i) total += sges[i].length;
+  }
+  if (total > kMaxMessage) return queue::wc::kLocLenErr;
+  // Atomics operate on exactly 8 naturally aligned bytes (IBA 9.4.5).
+  if (is_atomic(w.op) && total != 8) return queue::wc::kLocLenErr;
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  ctx.total_len = static_cast<uint32_t>(total);
+  ctx.npkts = is_atomic(w.op) || total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
+  ctx.resp_pkts = 0;
+  ctx.done = false;
+  ctx.rd_counted = false;
+  if (type_ == QpType::kUd) {
+    const AddressHandle* ah = env_->FindAh(w.ah);
+    if (ah == nullptr || ah->pd != pd_) return queue::wc::kLocQpOpErr;
+    if (total > mtu) return queue::wc::kLocLenErr;  // one packet per UD message
+    ctx.dip = ah->dip;
+    ctx.av = ah->av;
+    ctx.remote_qpn = w.remote_qpn & wire::kPsnMask;
+    // A Q_Key with the high bit set means "use the QP's own" (IBA 10.2.5).
+    ctx.remote_qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+  }
+  return queue::wc::kSuccess;
+}
 
 // Snapshots the next posted WQE into private memory and validates it.
 // Returns false if there is none or it failed (it is then completed in error).
@@ -22,55 +102,29 @@ bool Qp::FetchSendWqe() {
   if (sq_fetched_ == sq_.load_prod_acquire()) return false;
   const uint32_t slot = sq_fetched_ & (sq_.size() - 1);
   SendCtx& ctx = send_ctx_[slot];
-  const uint8_t* src = sq_.slot(sq_fetched_);
-  std::memcpy(&ctx.wqe, src, sizeof(ctx.wqe));
-  const queue::SendWqe& w = ctx.wqe;
-  uint8_t status = queue::wc::kSuccess;
-  uint64_t total = 0;
-  if (w.op != queue::WqeOp::kSend && w.op != queue::WqeOp::kSendImm) {
-    status = queue::wc::kLocQpOpErr;  // other opcodes arrive with the full transport
-  } else if (w.flags & queue::kWqeInline) {
-    if (w.inline_len > caps_.max_inline) {
-      status = queue::wc::kLocLenErr;
-    } else {
-      std::memcpy(&send_inline_[size_t{slot} * caps_.max_inline], src + sizeof(queue::SendWqe),
-                  w.inline_len);
-      total = w.inline_len;
-    }
-  } else if (w.num_sge > caps_.max_send_sge) {
-    status = queue::wc::kLocLenErr;
-  } else {
-    queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
-    std::memcpy(sges, src + sizeof(queue::SendWqe), sizeof(queue::Sge) * w.num_sge);
-    for (unsigned i = 0; i < w.num_sge; ++i) total += sges[i].length;
+  std::memcpy(&ctx.wqe, sq_.slot(sq_fetched_), sizeof(ctx.wqe));
+  const uint8_t status = ValidateSendWqe(ctx, slot);
+  if (status == queue::wc::kSuccess) {
+    ++sq_fetched_;
+    return true;
   }
-  if (status == queue::wc::kSuccess && total > kMaxMessage) status = queue::wc::kLocLenErr;
-  ++sq_fetched_;
-  ctx.total_len = static_cast<uint32_t>(total);
-  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
-  ctx.npkts = total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
-  if (status != queue::wc::kSuccess) {
-    // A hostile or malformed WQE: complete it in error, and the QP goes to
-    // the error state as a local QP operation error requires (IBA 10.8.3.1).
+  // A hostile or malformed WQE completes in error once every earlier WQE has
+  // completed, and the QP goes to the error state (IBA 10.8.3.1).
+  if (sq_comp_ == sq_fetched_ && unacked_psn_ == next_psn_) {
     ++env_->Stats().bad_wqe;
+    ++sq_fetched_;
+    ++sq_send_;
     ctx.npkts = 0;
-    // Every earlier WQE has been sent; this one completes after them.
-    if (sq_comp_ == sq_send_ && unacked_psn_ == next_psn_) {
-      queue::Cqe c{};
-      c.wr_id = w.wr_id;
-      c.status = status;
-      c.qp_num = qpn_;
-      PushSendCqe(c);
-      ++sq_comp_;
-      ++sq_send_;
-      sq_.publish_cons(sq_comp_);
-      EnterError();
-    } else {
-      --sq_fetched_;  // retry once the earlier WQEs have completed
-    }
-    return false;
+    queue::Cqe c{};
+    c.wr_id = ctx.wqe.wr_id;
+    c.status = status;
+    c.qp_num = qpn_;
+    PushSendCqe(c);
+    ++sq_comp_;
+    sq_.publish_cons(sq_comp_);
+    EnterError();
   }
-  return true;
+  return false;
 }
 
 uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t len, uint8_t* dst,
@@ -101,60 +155,90 @@ uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t
   return done;
 }
 
-bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
-  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
-  const bool first = pkt == 0;
-  const bool last = pkt + 1 == ctx.npkts;
-  const bool imm = ctx.wqe.op == queue::WqeOp::kSendImm && last;
-  uint8_t opcode;
-  if (first && last) opcode = imm ? wire::kRcSendOnlyImm : wire::kRcSendOnly;
-  else if (first) opcode = wire::kRcSendFirst;
-  else if (last) opcode = imm ? wire::kRcSendLastImm : wire::kRcSendLast;
-  else opcode = wire::kRcSendMiddle;
-  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+// The WQE at the head failed locally: complete it with `status`, error the QP.
+bool Qp::FailHead(SendCtx& ctx, uint8_t status) {
+  if (sq_send_ != sq_comp_) return false;  // earlier WQEs complete first
+  ++env_->Stats().bad_wqe;
+  queue::Cqe c{};
+  c.wr_id = ctx.wqe.wr_id;
+  c.status = status;
+  c.qp_num = qpn_;
+  PushSendCqe(c);
+  ++sq_comp_;
+  sq_send_ = sq_comp_;
+  send_pkt_ = 0;
+  sq_.publish_cons(sq_comp_);
+  EnterError();
+  return true;
+}
 
+bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
+  const queue::WqeOp op = ctx.wqe.op;
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  const bool rd = is_read(op) || is_atomic(op);
+  const bool first = pkt == 0;
+  const bool last = rd || pkt + 1 == ctx.npkts;
+  const uint8_t opcode = type_ == QpType::kUd
+                             ? static_cast<uint8_t>(op == queue::WqeOp::kSendImm ? wire::kUdSendOnlyImm : wire::kUdSendOnly)
+                             : request_opcode(type_, op, first, last);
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const uint32_t offset = pkt * mtu;
-  const uint32_t len = last ? ctx.total_len - offset : mtu;
+  const uint32_t len = rd ? 0 : (last ? ctx.total_len - offset : mtu);
   const uint32_t pad = (4 - (len & 3)) & 3;
   const uint32_t roce_len = info.length + len + pad + wire::kIcrcLen;
   const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;
 
-  const unsigned bth_off = wire::write_outer_v4(f.data, PathTo(dmac_), roce_len, ip_id_++);
+  wire::Ipv4Path path = PathTo(dmac_);
+  if (type_ == QpType::kUd) {
+    path.dip = ctx.dip;
+    path.tos = ctx.av.traffic_class;
+    path.ttl = ctx.av.hop_limit ? ctx.av.hop_limit : 64;
+    path.udp_sport = wire::udp_sport_for_qp(qpn_, ctx.remote_qpn);
+  }
+  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
   uint8_t* bth = f.data + bth_off;
   wire::Bth b;
   b.opcode = opcode;
-  b.se = last && (ctx.wqe.flags & queue::kWqeSolicited);
+  b.se = last && (ctx.wqe.flags & queue::kWqeSolicited) && !rd && !is_write(op);
+  if (op == queue::WqeOp::kWriteImm && last) b.se = ctx.wqe.flags & queue::kWqeSolicited;
   b.pad = static_cast<uint8_t>(pad);
-  b.dqpn = attr_.dest_qpn;
+  b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
-  b.ackreq = last || (pkt % kAckReqEvery) == kAckReqEvery - 1;
+  b.ackreq = type_ == QpType::kRc && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
   wire::write_bth(bth, b);
-  if (info.immdt) std::memcpy(bth + info.immdt, &ctx.wqe.imm_data, 4);  // already big-endian
-  uint8_t* payload = bth + info.payload;
-  bool prot_err = false;
-  const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
-  Gather(ctx, slot, offset, len, payload, &prot_err);
-  if (prot_err) {
-    // Nothing is sent from memory the WQE may not read; the buffer goes back
-    // with zero length. The WQE fails once it is the oldest outstanding one,
-    // so that earlier WQEs keep their in-order completions.
-    env_->SendFrame(f, 0);
-    if (sq_send_ == sq_comp_) {
-      ++env_->Stats().bad_wqe;
-      queue::Cqe c{};
-      c.wr_id = ctx.wqe.wr_id;
-      c.status = queue::wc::kLocProtErr;
-      c.qp_num = qpn_;
-      PushSendCqe(c);
-      ++sq_comp_;
-      sq_send_ = sq_comp_;
-      send_pkt_ = 0;
-      sq_.publish_cons(sq_comp_);
-      EnterError();
+  if (info.reth) {
+    // A READ resent after lost responses asks only for what is missing.
+    wire::write_reth(bth + info.reth, {ctx.wqe.remote_addr + offset, ctx.wqe.rkey, ctx.total_len - offset});
+  }
+  if (info.atomic_eth) {
+    wire::AtomicEth a;
+    a.va = ctx.wqe.remote_addr;
+    a.rkey = ctx.wqe.rkey;
+    if (op == queue::WqeOp::kCmpSwap) {
+      a.swap_add = ctx.wqe.swap;
+      a.compare = ctx.wqe.compare_add;
+    } else {
+      a.swap_add = ctx.wqe.compare_add;
     }
-    return false;
+    wire::write_atomic_eth(bth + info.atomic_eth, a);
+  }
+  if (info.deth) wire::write_deth(bth + info.deth, {ctx.remote_qkey, qpn_});
+  if (info.immdt) std::memcpy(bth + info.immdt, &ctx.wqe.imm_data, 4);  // already big-endian
+  if (info.ieth) wire::store_be32(bth + info.ieth, ctx.wqe.rkey);
+  uint8_t* payload = bth + info.payload;
+  if (len != 0) {
+    bool prot_err = false;
+    const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
+    Gather(ctx, slot, offset, len, payload, &prot_err);
+    if (prot_err) {
+      // Nothing is sent from memory the WQE may not read; the buffer goes
+      // back with zero length.
+      env_->SendFrame(f, 0);
+      FailHead(ctx, queue::wc::kLocProtErr);
+      return false;
+    }
   }
   std::memset(payload + len, 0, pad);
   wire::finish_icrc_v4(f.data, frame_len);
@@ -163,36 +247,85 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   return true;
 }
 
+// UC and UD: a WQE is complete once its last packet is sent (IBA 9.8).
+void Qp::CompleteUnreliable(SendCtx& ctx) {
+  if (sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
+    queue::Cqe c{};
+    c.wr_id = ctx.wqe.wr_id;
+    c.status = queue::wc::kSuccess;
+    c.opcode = is_write(ctx.wqe.op) ? queue::wc::kOpRdmaWrite : queue::wc::kOpSend;
+    c.byte_len = ctx.total_len;
+    c.qp_num = qpn_;
+    if (!PushSendCqe(c)) return;
+  }
+  ++sq_comp_;
+  sq_.publish_cons(sq_comp_);
+}
+
 bool Qp::PollSend(unsigned budget) {
-  if (attr_.state != QpState::kRts) {
-    if (attr_.state == QpState::kErr) FlushAll();
+  if (attr_.state == QpState::kErr) {
+    FlushAll();
     return false;
   }
-  if (rnr_wait_) return false;
-  if (!mac_valid_) {
+  bool more = false;
+  // Responses first: they retire the peer's WQEs.
+  if (resp_head_ != resp_tail_) more = SendResponses(&budget);
+  if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) return more;
+  if (rnr_wait_ || attr_.state == QpState::kSqd) return more;
+  if (type_ != QpType::kUd && !mac_valid_) {
     if (!env_->ResolveMac(dip_, &dmac_)) return true;  // keep polling while ARP resolves
     mac_valid_ = true;
   }
   unsigned sent = 0;
   while (sent < budget) {
-    if (wire::psn_diff(next_psn_, unacked_psn_) >= static_cast<int32_t>(kMaxInflightPkts)) {
-      return false;  // the window reopens on an ACK
+    if (type_ == QpType::kRc &&
+        wire::psn_diff(next_psn_, unacked_psn_) >= static_cast<int32_t>(kMaxInflightPkts)) {
+      return more;  // the window reopens on an ACK
     }
     if (sq_send_ == sq_fetched_) {
-      if (!FetchSendWqe()) return false;
+      if (!FetchSendWqe()) return more;
     }
     const uint32_t slot = sq_send_ & (sq_.size() - 1);
     SendCtx& ctx = send_ctx_[slot];
+    const queue::WqeOp op = ctx.wqe.op;
+    const bool rd = is_read(op) || is_atomic(op);
+    if (send_pkt_ == 0 && type_ == QpType::kRc) {
+      // Fence (IBA 10.8.3.3): wait until every earlier WQE has completed.
+      if ((ctx.wqe.flags & queue::kWqeFence) && sq_comp_ != sq_send_) return more;
+      // max_rd_atomic bounds outstanding READ/atomic requests (0 acts as 1).
+      if (rd && !ctx.rd_counted) {
+        if (rd_atomic_inflight_ >= std::max<uint32_t>(attr_.max_rd_atomic, 1)) return more;
+      }
+    }
+    if (type_ == QpType::kUd && send_pkt_ == 0) {
+      if (!env_->ResolveMac(ctx.dip, &dmac_)) return true;
+    }
     if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
       last_progress_ns_ = env_->NowNs();  // the timer starts with the first packet
     }
-    if (send_pkt_ == 0) ctx.first_psn = next_psn_;
+    if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
     ++sent;
+    if (rd) {
+      if (!ctx.rd_counted) {
+        ctx.rd_counted = true;
+        ++rd_atomic_inflight_;
+      }
+      // One request occupies as many PSNs as it has response packets.
+      next_psn_ = wire::psn_add(next_psn_, ctx.npkts - send_pkt_);
+      send_pkt_ = 0;
+      ++sq_send_;
+      continue;
+    }
     next_psn_ = wire::psn_add(next_psn_, 1);
     if (++send_pkt_ == ctx.npkts) {
       send_pkt_ = 0;
       ++sq_send_;
+      if (type_ != QpType::kRc) {
+        unacked_psn_ = next_psn_;
+        CompleteUnreliable(ctx);
+        if (attr_.state == QpState::kErr) return false;
+      }
     }
   }
   return true;

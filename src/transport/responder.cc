@@ -1,5 +1,6 @@
-// RC responder: PSN checks, receive WQE consumption, placement and ACKs
-// (IBA 9.7.5.1). Request packets arrive here already parsed and ICRC-checked.
+// Responder for SEND and RDMA WRITE: PSN checks, receive WQE consumption,
+// placement and ACKs (IBA 9.7.5.1) for RC, and the unreliable variants for UC
+// and UD (IBA 9.8, 9.9). READ and atomics are in responder_rd.cc.
 #include <cstring>
 
 #include "transport/qp.h"
@@ -8,34 +9,79 @@
 namespace droce::transport {
 
 void Qp::OnPacket(const wire::PacketView& pkt) {
-  if (pkt.info->mask & wire::kMaskResponse) {
+  const uint32_t mask = pkt.info->mask;
+  if (mask & wire::kMaskResponse) {
     OnResponse(pkt);
-  } else if (pkt.info->mask & wire::kMaskRequest) {
-    OnRequest(pkt);
+  } else if (mask & wire::kMaskRequest) {
+    switch (type_) {
+      case QpType::kRc: OnRequest(pkt); break;
+      case QpType::kUc: OnUnreliableRequest(pkt); break;
+      case QpType::kUd: OnUdRequest(pkt); break;
+    }
   } else {
     ++env_->Stats().malformed_pkts;  // e.g. a CNP: congestion control comes later
   }
 }
 
 void Qp::SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
-  const wire::OpcodeInfo& info = wire::opcode_info(wire::kRcAck);
-  const uint32_t roce_len = info.length + wire::kIcrcLen;
-  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
-  TxFrame f;
-  if (!env_->AllocFrame(frame_len, &f)) return;  // the requester's timer recovers
-  // Responses go back the way the request came, to its source MAC.
-  wire::Ipv4Path path = PathTo(req.smac);
-  path.dip = req.sip;
-  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
-  wire::Bth b;
-  b.opcode = wire::kRcAck;
-  b.dqpn = attr_.dest_qpn;
-  b.psn = psn;
-  wire::write_bth(f.data + bth_off, b);
-  wire::write_aeth(f.data + bth_off + info.aeth, aeth);
-  wire::finish_icrc_v4(f.data, frame_len);
-  env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
+  Response r;
+  r.kind = Response::kAck;
+  r.psn = psn;
+  r.msn = aeth.msn;
+  r.syndrome = aeth.syndrome;
+  r.dmac = req.smac;
+  r.dip = req.sip;
+  BuildAck(r);  // if no buffer is free the requester's timer recovers
+}
+
+// ACKs must not overtake READ responses or atomic ACKs still owed
+// (IBA 9.7.5.1.5); with nothing owed they go out at once.
+void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
+  if (resp_head_ == resp_tail_) {
+    SendAck(req, aeth, psn);
+    return;
+  }
+  Response& tail = responses_[(resp_tail_ - 1) % responses_.size()];
+  if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
+    tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
+    tail.msn = aeth.msn;
+    ++env_->Stats().ack_coalesced;
+    return;
+  }
+  if (resp_tail_ - resp_head_ >= responses_.size()) {
+    ++env_->Stats().tx_dropped;  // the requester's timer recovers
+    return;
+  }
+  Response& r = responses_[resp_tail_++ % responses_.size()];
+  r = Response{};
+  r.kind = Response::kAck;
+  r.psn = psn;
+  r.msn = aeth.msn;
+  r.syndrome = aeth.syndrome;
+  r.dmac = req.smac;
+  r.dip = req.sip;
+}
+
+bool Qp::TakeRecvWqe(bool* bad) {
+  *bad = false;
+  if (srq_ != nullptr) {
+    if (!srq_->Take(&recv_.wqe, recv_sge_.data(), static_cast<uint32_t>(recv_sge_.size()), bad)) return false;
+  } else {
+    if (rq_cons_ == rq_.load_prod_acquire()) return false;
+    const uint8_t* slot = rq_.slot(rq_cons_);
+    std::memcpy(&recv_.wqe, slot, sizeof(recv_.wqe));
+    ++rq_cons_;
+    *bad = recv_.wqe.num_sge > caps_.max_recv_sge;
+    if (!*bad) std::memcpy(recv_sge_.data(), slot + sizeof(queue::RecvWqe), sizeof(queue::Sge) * recv_.wqe.num_sge);
+    rq_.publish_cons(rq_cons_);
+  }
+  if (*bad) {
+    ++env_->Stats().bad_wqe;
+    recv_.wqe.num_sge = 0;
+  }
+  recv_.active = true;
+  recv_.offset = 0;
+  return true;
 }
 
 // Places `len` bytes at the receive WQE's current offset.
@@ -67,11 +113,12 @@ bool Qp::Scatter(const uint8_t* src, uint32_t len, uint8_t* status) {
   return true;
 }
 
-void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm) {
+void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm,
+                      uint8_t opcode) {
   queue::Cqe c{};
   c.wr_id = recv_.wqe.wr_id;
   c.status = status;
-  c.opcode = queue::wc::kOpRecv;
+  c.opcode = opcode;
   c.byte_len = recv_.offset;
   c.qp_num = qpn_;
   c.src_qp = attr_.dest_qpn;
@@ -79,8 +126,27 @@ void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pk
     std::memcpy(&c.imm_data, pkt->ext(pkt->info->immdt), 4);
     c.wc_flags |= queue::wc::kFlagWithImm;
   }
+  if (pkt != nullptr && pkt->info->ieth) {
+    c.imm_data = wire::load_be32(pkt->ext(pkt->info->ieth));  // the invalidated rkey
+    c.wc_flags |= queue::wc::kFlagWithInv;
+  }
   recv_.active = false;
   PushRecvCqe(c, solicited);
+}
+
+// A class C/D error at the responder (IBA 9.9.3.1): NAK, fail the receive in
+// progress, raise the async event and go to the error state.
+void Qp::ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status) {
+  if (code == wire::NakCode::kRemoteAccessError) {
+    ++env_->Stats().send_rem_access_err;
+    Raise(QpEvent::kAccessErr);
+  } else if (code == wire::NakCode::kInvalidRequest) {
+    ++env_->Stats().send_inv_req_err;
+    Raise(QpEvent::kReqErr);
+  }
+  SendAck(pkt, wire::Aeth::nak(msn_, code), pkt.bth.psn);
+  if (recv_.active) CompleteRecv(recv_status, false, nullptr, false);
+  EnterError();
 }
 
 void Qp::OnRequest(const wire::PacketView& pkt) {
@@ -94,6 +160,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     ++st.malformed_pkts;
     return;
   }
+  const uint32_t mask = pkt.info->mask;
   const uint32_t psn = pkt.bth.psn;
   const int32_t d = wire::psn_diff(psn, epsn_);
   if (d > 0) {
@@ -101,88 +168,280 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     ++st.out_of_seq_request;
     if (!nak_sent_) {
       nak_sent_ = true;
-      SendAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
+      QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
     }
     return;
   }
   if (d < 0) {
-    // A duplicate: it was executed already; acknowledge what we have
-    // (9.7.5.1.2). The ACK names the last PSN received in order.
+    // A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays
+    // its saved result, anything else is acknowledged without executing.
     ++st.duplicate_request;
-    SendAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
+    if (mask & wire::kMaskRead) OnReadRequest(pkt, true);
+    else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
+    else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
     return;
   }
   nak_sent_ = false;
-  const uint32_t mask = pkt.info->mask;
-  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
-  auto invalid = [&](uint8_t recv_status) {
-    // Invalid request NAK; the QP goes to the error state (9.7.5.2.4).
-    ++st.send_inv_req_err;
-    SendAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kInvalidRequest), psn);
-    if (recv_.active) CompleteRecv(recv_status, false, nullptr, false);
-    EnterError();
-  };
-  if (!(mask & wire::kMaskSend)) {
-    invalid(queue::wc::kRemInvReqErr);  // WRITE/READ/atomics come with the full transport
+  if (attr_.state == QpState::kRtr) {
+    Raise(QpEvent::kCommEst);  // first request received in RTR (IBA 11.6.3)
+  }
+  // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
+  const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead
+                        : (mask & wire::kMaskWrite) ? mem::kRemoteWrite
+                        : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0;
+  if (need != 0 && !(attr_.access_flags & need)) {
+    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+    return;
+  }
+  if (mask & wire::kMaskRead) {
+    OnReadRequest(pkt, false);
+    return;
+  }
+  if (mask & wire::kMaskAtomic) {
+    OnAtomicRequest(pkt, false);
     return;
   }
   const bool first = mask & wire::kMaskFirst;
   const bool last = mask & wire::kMaskLast;
+  const bool is_send = mask & wire::kMaskSend;
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
   // Opcode sequence (9.7.5.1.3): FIRST/ONLY only between messages,
-  // MIDDLE/LAST only inside one.
-  if (first == in_send_message_) {
-    invalid(queue::wc::kRemInvReqErr);
+  // MIDDLE/LAST only inside a message of the same kind.
+  const bool in_msg = in_send_message_ || in_write_message_;
+  if (first == in_msg || (!first && (is_send ? !in_send_message_ : !in_write_message_))) {
+    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
     return;
   }
   // FIRST and MIDDLE carry exactly one path MTU; nothing carries more.
   if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) {
-    invalid(queue::wc::kRemInvReqErr);
+    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
     return;
   }
-  if (first) {
-    if (rq_cons_ == rq_.load_prod_acquire()) {
+  const bool needs_wqe = (mask & wire::kMaskRecvWqe) && (is_send ? first : last);
+  if (needs_wqe) {
+    bool bad = false;
+    if (!TakeRecvWqe(&bad)) {
       // No receive WQE: RNR NAK, the requester retries after min_rnr_timer.
       ++st.send_rnr_err;
-      SendAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
+      QueueAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
       return;
     }
-    const uint8_t* slot = rq_.slot(rq_cons_);
-    std::memcpy(&recv_.wqe, slot, sizeof(recv_.wqe));
-    const uint32_t nsge = recv_.wqe.num_sge;
-    ++rq_cons_;
-    recv_.active = true;
-    recv_.offset = 0;
-    if (nsge > caps_.max_recv_sge) {
-      recv_.wqe.num_sge = 0;
-      ++st.bad_wqe;
-      rq_.publish_cons(rq_cons_);
-      invalid(queue::wc::kLocLenErr);
+    if (bad) {
+      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kLocLenErr);
       return;
     }
-    std::memcpy(recv_sge_.data(), slot + sizeof(queue::RecvWqe), sizeof(queue::Sge) * nsge);
-    rq_.publish_cons(rq_cons_);
   }
-  uint8_t status = queue::wc::kSuccess;
-  if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
-    // Local length or protection error at the responder (9.7.5.2.4 / 10.8.3).
-    ++st.send_inv_req_err;
-    SendAck(pkt, wire::Aeth::nak(msn_, status == queue::wc::kLocLenErr
-                                           ? wire::NakCode::kInvalidRequest
-                                           : wire::NakCode::kRemoteOperationalError),
-            psn);
-    CompleteRecv(status, false, nullptr, false);
-    EnterError();
-    return;
+  if (is_send) {
+    uint8_t status = queue::wc::kSuccess;
+    if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
+      // Local length or protection error at the responder (9.7.5.2.4 / 10.8.3).
+      ResponderFatal(pkt, status == queue::wc::kLocLenErr ? wire::NakCode::kInvalidRequest
+                                                          : wire::NakCode::kRemoteOperationalError,
+                     status);
+      return;
+    }
+  } else {
+    if (first) {
+      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
+      write_host_ = nullptr;
+      if (reth.dma_len != 0 &&
+          env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteWrite, &write_host_) !=
+              mem::AccessError::kOk) {
+        ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+        return;
+      }
+      write_remaining_ = write_len_ = reth.dma_len;
+    }
+    // The packets must add up to exactly the RETH's length (9.7.5.1.3).
+    if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
+      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+      return;
+    }
+    if (pkt.payload_len != 0) {
+      std::memcpy(write_host_, pkt.payload, pkt.payload_len);
+      write_host_ += pkt.payload_len;
+      write_remaining_ -= pkt.payload_len;
+    }
   }
   ++st.rcvd_pkts;
   epsn_ = wire::psn_add(epsn_, 1);
-  in_send_message_ = !last;
+  if (is_send) in_send_message_ = !last;
+  else in_write_message_ = !last;
   if (last) {
     msn_ = (msn_ + 1) & wire::kPsnMask;
-    CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
-    if (attr_.state == QpState::kErr) return;
+    if (is_send && pkt.info->ieth) {
+      // SEND with invalidate (IBA 10.6.7.2.1): the rkey must name something
+      // invalidatable on this QP's PD.
+      if (!env_->InvalidateRkey(wire::load_be32(pkt.ext(pkt.info->ieth)), pd_)) {
+        msn_ = (msn_ - 1) & wire::kPsnMask;
+        epsn_ = wire::psn_add(epsn_, wire::kPsnMask);
+        ResponderFatal(pkt, wire::NakCode::kRemoteOperationalError, queue::wc::kRemOpErr);
+        return;
+      }
+    }
+    if (is_send) {
+      CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
+    } else if (mask & wire::kMaskImmDt) {
+      recv_.offset = write_len_;
+      CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, true, queue::wc::kOpRecvRdmaWithImm);
+    }
+    if (attr_.state == QpState::kErr) return;  // the completion could not be entered: no ACK
   }
-  if (pkt.bth.ackreq) SendAck(pkt, wire::Aeth::ack(msn_), psn);
+  if (pkt.bth.ackreq) QueueAck(pkt, wire::Aeth::ack(msn_), psn);
+}
+
+// UC (IBA 9.8.3): no ACKs; a PSN gap drops the message in progress and
+// everything up to the next FIRST or ONLY.
+void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
+  Counters& st = env_->Stats();
+  if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
+    ++st.qp_state_drop;
+    return;
+  }
+  if ((pkt.bth.opcode >> 5) != 1) {
+    ++st.malformed_pkts;
+    return;
+  }
+  const uint32_t mask = pkt.info->mask;
+  const bool first = mask & wire::kMaskFirst;
+  const bool last = mask & wire::kMaskLast;
+  const bool is_send = mask & wire::kMaskSend;
+  auto abort_message = [&] {
+    if (in_send_message_ && recv_.active) recv_.offset = 0;  // the WQE is reused
+    in_send_message_ = in_write_message_ = false;
+  };
+  const bool in_msg = in_send_message_ || in_write_message_;
+  if (pkt.bth.psn != epsn_ || (first && in_msg)) {
+    // A gap, or a new message before the last one ended: the message in
+    // progress is lost; resynchronise on this packet's PSN.
+    if (in_msg) {
+      ++st.dropped_msgs;
+      abort_message();
+    }
+  }
+  epsn_ = wire::psn_add(pkt.bth.psn, 1);
+  if (!first && !(is_send ? in_send_message_ : in_write_message_)) {
+    return;  // the rest of a dropped message
+  }
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) {
+    ++st.dropped_msgs;
+    abort_message();
+    return;
+  }
+  if (is_send) {
+    if (first && !recv_.active) {
+      bool bad = false;
+      if (!TakeRecvWqe(&bad)) {
+        ++st.dropped_msgs;  // UC has no RNR: the message is lost
+        return;
+      }
+      if (bad) {
+        CompleteRecv(queue::wc::kLocLenErr, false, nullptr, false);
+        return;
+      }
+    }
+    if (first) recv_.offset = 0;
+    uint8_t status = queue::wc::kSuccess;
+    if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
+      ++st.dropped_msgs;
+      abort_message();
+      return;
+    }
+    in_send_message_ = !last;
+    if (last) CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
+  } else {
+    if (first) {
+      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
+      write_host_ = nullptr;
+      if (!(attr_.access_flags & mem::kRemoteWrite) ||
+          (reth.dma_len != 0 && env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len,
+                                                  mem::kRemoteWrite, &write_host_) != mem::AccessError::kOk)) {
+        ++st.dropped_msgs;
+        return;
+      }
+      write_remaining_ = write_len_ = reth.dma_len;
+    }
+    if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
+      ++st.dropped_msgs;
+      abort_message();
+      return;
+    }
+    if (last && (mask & wire::kMaskImmDt) && !recv_.active) {
+      bool bad = false;
+      if (!TakeRecvWqe(&bad) || bad) {
+        ++st.dropped_msgs;
+        abort_message();
+        return;
+      }
+    }
+    if (pkt.payload_len != 0) {
+      std::memcpy(write_host_, pkt.payload, pkt.payload_len);
+      write_host_ += pkt.payload_len;
+      write_remaining_ -= pkt.payload_len;
+    }
+    in_write_message_ = !last;
+    if (last && (mask & wire::kMaskImmDt)) {
+      recv_.offset = write_len_;
+      CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, true, queue::wc::kOpRecvRdmaWithImm);
+    }
+  }
+  ++st.rcvd_pkts;
+}
+
+// UD (IBA 9.8.4, annex A17.4.5.1): one packet per message; the receive
+// buffer starts with a 40-byte GRH, which for RoCEv2 over IPv4 holds 20 zero
+// bytes followed by the IPv4 header, as rxe and RoCE NICs write it.
+void Qp::OnUdRequest(const wire::PacketView& pkt) {
+  Counters& st = env_->Stats();
+  if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
+    ++st.qp_state_drop;
+    return;
+  }
+  if (pkt.bth.opcode != wire::kUdSendOnly && pkt.bth.opcode != wire::kUdSendOnlyImm) {
+    ++st.malformed_pkts;
+    return;
+  }
+  const wire::Deth deth = wire::read_deth(pkt.ext(pkt.info->deth));
+  if (deth.qkey != attr_.qkey) {
+    ++st.qkey_viol;
+    return;
+  }
+  if (pkt.payload_len > mtu_bytes(attr_.path_mtu)) {
+    ++st.dropped_msgs;
+    return;
+  }
+  bool bad = false;
+  if (!TakeRecvWqe(&bad)) {
+    ++st.dropped_msgs;  // no receive WQE: UD drops the message
+    return;
+  }
+  if (bad) {
+    CompleteRecv(queue::wc::kLocLenErr, false, nullptr, false);
+    return;
+  }
+  uint8_t grh[40] = {};
+  std::memcpy(grh + 20, pkt.frame.data() + pkt.l3_offset, wire::kIpv4Len);
+  uint8_t status = queue::wc::kSuccess;
+  if (!Scatter(grh, sizeof(grh), &status) || !Scatter(pkt.payload, pkt.payload_len, &status)) {
+    CompleteRecv(status, false, nullptr, false);
+    return;
+  }
+  queue::Cqe c{};
+  c.wr_id = recv_.wqe.wr_id;
+  c.status = queue::wc::kSuccess;
+  c.opcode = queue::wc::kOpRecv;
+  c.byte_len = recv_.offset;
+  c.qp_num = qpn_;
+  c.src_qp = deth.src_qp;
+  c.wc_flags = queue::wc::kFlagGrh;
+  if (pkt.info->immdt) {
+    std::memcpy(&c.imm_data, pkt.ext(pkt.info->immdt), 4);
+    c.wc_flags |= queue::wc::kFlagWithImm;
+  }
+  recv_.active = false;
+  ++st.rcvd_pkts;
+  PushRecvCqe(c, pkt.bth.se);
 }
 
 }  // namespace droce::transport

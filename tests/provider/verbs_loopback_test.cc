@@ -300,18 +300,27 @@ TEST_F(Loopback, BadCallsGetTheDocumentedErrors) {
   EXPECT_EQ(ibv_post_recv(a, &rwr, &rbad), EINVAL);
   EXPECT_EQ(rbad, &rwr);
   // Unsupported QP types and objects fail cleanly.
-  ibv_qp_init_attr ud{};
-  ud.send_cq = scq_;
-  ud.recv_cq = scq_;
-  ud.qp_type = IBV_QPT_UD;
-  ud.cap.max_send_wr = ud.cap.max_recv_wr = 1;
+  ibv_qp_init_attr raw{};
+  raw.send_cq = scq_;
+  raw.recv_cq = scq_;
+  raw.qp_type = IBV_QPT_RAW_PACKET;
+  raw.cap.max_send_wr = raw.cap.max_recv_wr = 1;
   errno = 0;
-  EXPECT_EQ(ibv_create_qp(pd_, &ud), nullptr);
+  EXPECT_EQ(ibv_create_qp(pd_, &raw), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
-  ibv_srq_init_attr sa{};
   errno = 0;
-  EXPECT_EQ(ibv_create_srq(pd_, &sa), nullptr);
+  EXPECT_EQ(ibv_alloc_mw(pd_, IBV_MW_TYPE_2), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+  // An RDMA READ or atomic on a UC QP is not a valid opcode.
+  ibv_qp_init_attr uc{};
+  uc.send_cq = scq_;
+  uc.recv_cq = scq_;
+  uc.qp_type = IBV_QPT_UC;
+  uc.cap.max_send_wr = uc.cap.max_recv_wr = 4;
+  uc.cap.max_send_sge = uc.cap.max_recv_sge = 1;
+  ibv_qp* ucqp = ibv_create_qp(pd_, &uc);
+  ASSERT_NE(ucqp, nullptr);
+  qps_.push_back(ucqp);
   // Objects still in use cannot be destroyed.
   EXPECT_EQ(ibv_destroy_cq(scq_), EBUSY);
   EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);
@@ -427,13 +436,299 @@ TEST_F(Loopback, ExtendedQpPostsThroughWrApi) {
   // An operation droce does not implement fails the whole batch.
   ibv_wr_start(x);
   x->wr_id = 43;
-  ibv_wr_rdma_write(x, 1, 0);
+  ibv_wr_local_inv(x, 1);
   EXPECT_EQ(ibv_wr_complete(x), EOPNOTSUPP);
-  // Without SEND_OPS_FLAGS support for RDMA WRITE, creation is refused.
-  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
+  // Asking for an operation droce does not implement refuses the QP.
+  ax.send_ops_flags = IBV_QP_EX_WITH_BIND_MW;
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx_, &ax), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+
+TEST_F(Loopback, RdmaWriteReadAndAtomics) {
+  ibv_mr* remote = ibv_reg_mr(pd_, buf_.data() + 256 * 1024, 256 * 1024,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_NE(remote, nullptr);
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ibv_qp_attr acc{};
+  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  Connect(a, b);
+  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  uint8_t* rbuf = buf_.data() + 256 * 1024;
+  std::mt19937 rng(3);
+  auto post = [&](ibv_wr_opcode op, uint64_t wr_id, size_t loff, uint32_t len, uint64_t raddr,
+                  uint64_t cmp = 0, uint64_t swp = 0) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + loff), len, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.wr.atomic.remote_addr = raddr;
+      wr.wr.atomic.rkey = remote->rkey;
+      wr.wr.atomic.compare_add = cmp;
+      wr.wr.atomic.swap = swp;
+    } else {
+      wr.wr.rdma.remote_addr = raddr;
+      wr.wr.rdma.rkey = remote->rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(a, &wr, &bad);
+  };
+  for (uint32_t len : {1u, 1024u, 5000u, 65536u}) {
+    for (uint32_t i = 0; i < len; ++i) buf_[i] = static_cast<uint8_t>(rng());
+    ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 1, 0, len, reinterpret_cast<uint64_t>(rbuf)), 0);
+    auto w = Poll(scq_, 1);
+    ASSERT_EQ(w.size(), 1u);
+    EXPECT_EQ(w[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(w[0].opcode, IBV_WC_RDMA_WRITE);
+    EXPECT_EQ(std::memcmp(buf_.data(), rbuf, len), 0) << len;
+    // Read it back into another local buffer.
+    std::memset(buf_.data() + 128 * 1024, 0, len);
+    ASSERT_EQ(post(IBV_WR_RDMA_READ, 2, 128 * 1024, len, reinterpret_cast<uint64_t>(rbuf)), 0);
+    auto r = Poll(scq_, 1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].status, IBV_WC_SUCCESS) << ibv_wc_status_str(r[0].status);
+    EXPECT_EQ(r[0].opcode, IBV_WC_RDMA_READ);
+    EXPECT_EQ(std::memcmp(buf_.data() + 128 * 1024, rbuf, len), 0) << len;
+  }
+  // Atomics on an aligned remote word; the original value comes back in host order.
+  uint64_t word = 100;
+  std::memcpy(rbuf + 64, &word, 8);
+  ASSERT_EQ(post(IBV_WR_ATOMIC_FETCH_AND_ADD, 3, 1000, 8, reinterpret_cast<uint64_t>(rbuf + 64), 5), 0);
+  auto f = Poll(scq_, 1);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(f[0].opcode, IBV_WC_FETCH_ADD);
+  uint64_t orig = 0;
+  std::memcpy(&orig, buf_.data() + 1000, 8);
+  EXPECT_EQ(orig, 100u);
+  std::memcpy(&word, rbuf + 64, 8);
+  EXPECT_EQ(word, 105u);
+  ASSERT_EQ(post(IBV_WR_ATOMIC_CMP_AND_SWP, 4, 1000, 8, reinterpret_cast<uint64_t>(rbuf + 64), 105, 7), 0);
+  ASSERT_EQ(Poll(scq_, 1).size(), 1u);
+  std::memcpy(&word, rbuf + 64, 8);
+  EXPECT_EQ(word, 7u);
+  ASSERT_EQ(post(IBV_WR_ATOMIC_CMP_AND_SWP, 5, 1000, 8, reinterpret_cast<uint64_t>(rbuf + 64), 1, 9), 0);
+  ASSERT_EQ(Poll(scq_, 1).size(), 1u);
+  std::memcpy(&word, rbuf + 64, 8);
+  EXPECT_EQ(word, 7u);  // compare failed: unchanged
+  // A WRITE outside the remote MR gets a remote access error.
+  ASSERT_EQ(post(IBV_WR_RDMA_WRITE, 6, 0, 64, reinterpret_cast<uint64_t>(rbuf) + 256 * 1024 - 32), 0);
+  auto e = Poll(scq_, 1);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_dereg_mr(remote), 0);
+}
+
+TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
+  ibv_mr* remote = ibv_reg_mr(pd_, buf_.data() + 256 * 1024, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ibv_qp_attr acc{};
+  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  ASSERT_EQ(PostRecv(b, 77, 8192, 16), 0);
+  std::memcpy(buf_.data(), "0123456789", 10);
+  ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), 10, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.imm_data = htobe32(0xabcdef);
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(buf_.data() + 256 * 1024);
+  wr.wr.rdma.rkey = remote->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(r[0].wr_id, 77u);
+  EXPECT_EQ(r[0].byte_len, 10u);
+  EXPECT_EQ(be32toh(r[0].imm_data), 0xabcdefu);
+  EXPECT_EQ(std::memcmp(buf_.data() + 256 * 1024, "0123456789", 10), 0);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_dereg_mr(remote), 0);
+}
+
+TEST_F(Loopback, UcSendAndWrite) {
+  ibv_qp_init_attr a{};
+  a.send_cq = scq_;
+  a.recv_cq = rcq_;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  a.qp_type = IBV_QPT_UC;
+  ibv_qp* x = ibv_create_qp(pd_, &a);
+  ibv_qp* y = ibv_create_qp(pd_, &a);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  qps_.push_back(x);
+  qps_.push_back(y);
+  for (ibv_qp* q : {x, y}) ToInit(q);
+  // UC RTR needs no MAX_DEST_RD_ATOMIC/MIN_RNR_TIMER; RTS only SQ_PSN.
+  for (auto [q, peer] : {std::pair{x, y}, std::pair{y, x}}) {
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_RTR;
+    r.path_mtu = IBV_MTU_1024;
+    r.dest_qp_num = peer->qp_num;
+    r.ah_attr.is_global = 1;
+    r.ah_attr.port_num = 1;
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &r.ah_attr.grh.dgid), 0);
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+  }
+  for (ibv_qp* q : {x, y}) {
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  for (int i = 0; i < 10; ++i) {
+    std::memset(buf_.data(), 'a' + i, 3000);
+    ASSERT_EQ(PostRecv(y, 100 + i, 8192, 4096), 0);
+    ASSERT_EQ(PostSend(x, i, 0, 3000), 0);
+    auto s = Poll(scq_, 1);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    auto r = Poll(rcq_, 1);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].byte_len, 3000u);
+    EXPECT_EQ(buf_[8192 + 2999], 'a' + i);
+  }
+}
+
+TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
+  ibv_qp_init_attr a{};
+  a.send_cq = scq_;
+  a.recv_cq = rcq_;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* x = ibv_create_qp(pd_, &a);
+  ibv_qp* y = ibv_create_qp(pd_, &a);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  qps_.push_back(x);
+  qps_.push_back(y);
+  for (ibv_qp* q : {x, y}) {
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_INIT;
+    r.port_num = 1;
+    r.qkey = 0x11111111;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    r.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
+    r.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.hop_limit = 1;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &ah_attr.grh.dgid), 0);
+  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  std::memcpy(buf_.data(), "ud payload", 10);
+  ASSERT_EQ(PostRecv(y, 9, 8192, 40 + 64), 0);
+  ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), 10, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = y->qp_num;
+  wr.wr.ud.remote_qkey = 0x11111111;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(x, &wr, &bad), 0);
+  auto r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].byte_len, 50u);
+  EXPECT_EQ(r[0].src_qp, x->qp_num);
+  EXPECT_TRUE(r[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(std::memcmp(buf_.data() + 8192 + 40, "ud payload", 10), 0);
+  EXPECT_EQ(buf_[8192 + 20] >> 4, 4);  // the IPv4 header sits in the GRH's last 20 bytes
+  // An AH built from the completion points back at the sender.
+  ibv_ah* back = ibv_create_ah_from_wc(pd_, &r[0], reinterpret_cast<ibv_grh*>(buf_.data() + 8192), 1);
+  ASSERT_NE(back, nullptr);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  // A wrong Q_Key is dropped silently (IBA 10.2.5).
+  ASSERT_EQ(PostRecv(y, 10, 8192, 40 + 64), 0);
+  wr.wr.ud.remote_qkey = 0x22222222;
+  ASSERT_EQ(ibv_post_send(x, &wr, &bad), 0);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  usleep(20000);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_ah(back), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
+TEST_F(Loopback, SharedReceiveQueueFeedsSeveralQps) {
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 64;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr a{};
+  a.send_cq = scq_;
+  a.recv_cq = rcq_;
+  a.srq = srq;
+  a.cap.max_send_wr = 16;
+  a.cap.max_send_sge = 1;
+  a.qp_type = IBV_QPT_RC;
+  ibv_qp* r1 = ibv_create_qp(pd_, &a);
+  ibv_qp* r2 = ibv_create_qp(pd_, &a);
+  ibv_qp* s1 = CreateQp(scq_, scq_);
+  ibv_qp* s2 = CreateQp(scq_, scq_);
+  ASSERT_NE(r1, nullptr);
+  ASSERT_NE(r2, nullptr);
+  Connect(s1, r1);
+  Connect(s2, r2);
+  for (int i = 0; i < 8; ++i) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + 8192 + i * 128), 128, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 500 + i;
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(PostSend(s1, i, 0, 64), 0);
+    ASSERT_EQ(PostSend(s2, 10 + i, 0, 64), 0);
+  }
+  auto r = Poll(rcq_, 8);
+  ASSERT_EQ(r.size(), 8u);
+  int on1 = 0;
+  for (auto& w : r) {
+    EXPECT_EQ(w.status, IBV_WC_SUCCESS);
+    on1 += w.qp_num == r1->qp_num;
+  }
+  EXPECT_EQ(on1, 4);
+  EXPECT_EQ(Poll(scq_, 8).size(), 8u);
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_GE(q.max_wr, 64u);
+  EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);
+  EXPECT_EQ(ibv_destroy_qp(r1), 0);
+  EXPECT_EQ(ibv_destroy_qp(r2), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
 
 }  // namespace

@@ -44,6 +44,12 @@ class SimEnv : public transport::TransportEnv {
     return true;
   }
   const mem::MrTable& Mrs() override { return mrs; }
+  bool InvalidateRkey(uint32_t, uint32_t) override { return false; }
+  const transport::AddressHandle* FindAh(uint32_t id) override {
+    auto it = ahs.find(id);
+    return it == ahs.end() ? nullptr : &it->second;
+  }
+  std::map<uint32_t, transport::AddressHandle> ahs;
   Counters& Stats() override { return stats; }
 
   mem::MrTable mrs;

@@ -1,0 +1,218 @@
+// Responder for RDMA READ and atomics (IBA 9.7.5.1.4 – 9.7.5.1.6), and the
+// queue of responses it owes. READ responses are generated a burst at a time
+// from PollSend, so a 2 GiB READ does not flood the link in one go; ACKs
+// queued behind them keep PSN order.
+#include <cstring>
+
+#include "transport/qp.h"
+#include "wire/psn.h"
+
+namespace droce::transport {
+
+void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
+  const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  const uint32_t npkts = reth.dma_len == 0 ? 1 : (reth.dma_len + mtu - 1) / mtu;
+  uint8_t* host = nullptr;
+  if (reth.dma_len != 0 &&
+      env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteRead, &host) !=
+          mem::AccessError::kOk) {
+    if (!duplicate) ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+    return;
+  }
+  if (resp_tail_ - resp_head_ >= responses_.size()) {
+    ++env_->Stats().tx_dropped;  // more than max_dest_rd_atomic outstanding: the requester retries
+    return;
+  }
+  if (!duplicate) {
+    epsn_ = wire::psn_add(epsn_, npkts);  // a READ occupies one PSN per response
+    msn_ = (msn_ + 1) & wire::kPsnMask;
+    ++env_->Stats().rcvd_pkts;
+  }
+  Response& r = responses_[resp_tail_++ % responses_.size()];
+  r = Response{};
+  r.kind = Response::kRead;
+  r.psn = pkt.bth.psn;
+  r.msn = msn_;
+  r.va = reth.va;
+  r.rkey = reth.rkey;
+  r.remaining = reth.dma_len;
+  r.dmac = pkt.smac;
+  r.dip = pkt.sip;
+}
+
+void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
+  const uint32_t psn = pkt.bth.psn;
+  uint64_t orig = 0;
+  if (duplicate) {
+    // Never execute an atomic twice: replay the saved result, or drop the
+    // request if it is older than what we remember.
+    bool found = false;
+    for (const AtomicRecord& a : atomic_history_) {
+      if (a.valid && a.psn == psn) {
+        orig = a.orig;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return;
+  } else {
+    const wire::AtomicEth a = wire::read_atomic_eth(pkt.ext(pkt.info->atomic_eth));
+    if (a.va % 8 != 0) {  // atomics are naturally aligned (9.4.5)
+      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+      return;
+    }
+    uint8_t* host = nullptr;
+    if (env_->Mrs().Check(a.rkey, pd_, a.va, 8, mem::kRemoteAtomic, &host) != mem::AccessError::kOk) {
+      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+      return;
+    }
+    if (resp_tail_ - resp_head_ >= responses_.size()) {
+      ++env_->Stats().tx_dropped;
+      return;
+    }
+    // Atomic with respect to this host's CPUs too (IBV_ATOMIC_HCA).
+    auto* word = reinterpret_cast<uint64_t*>(host);
+    if (pkt.bth.opcode == wire::kRcCompareSwap) {
+      uint64_t expected = a.compare;
+      __atomic_compare_exchange_n(word, &expected, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      orig = expected;
+    } else {
+      orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+    }
+    AtomicRecord& rec = atomic_history_[atomic_next_++ % atomic_history_.size()];
+    rec = {psn, orig, true};
+    epsn_ = wire::psn_add(epsn_, 1);
+    msn_ = (msn_ + 1) & wire::kPsnMask;
+    ++env_->Stats().rcvd_pkts;
+  }
+  if (resp_tail_ - resp_head_ >= responses_.size()) return;
+  Response& r = responses_[resp_tail_++ % responses_.size()];
+  r = Response{};
+  r.kind = Response::kAtomicAck;
+  r.psn = psn;
+  r.msn = msn_;
+  r.orig = orig;
+  r.dmac = pkt.smac;
+  r.dip = pkt.sip;
+}
+
+bool Qp::BuildAck(const Response& r) {
+  const wire::OpcodeInfo& info = wire::opcode_info(wire::kRcAck);
+  const uint32_t roce_len = info.length + wire::kIcrcLen;
+  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  TxFrame f;
+  if (!env_->AllocFrame(frame_len, &f)) return false;
+  wire::Ipv4Path path = PathTo(r.dmac);
+  path.dip = r.dip;
+  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  wire::Bth b;
+  b.opcode = wire::kRcAck;
+  b.dqpn = attr_.dest_qpn;
+  b.psn = r.psn;
+  wire::write_bth(f.data + bth_off, b);
+  wire::write_aeth(f.data + bth_off + info.aeth, {r.syndrome, r.msn});
+  wire::finish_icrc_v4(f.data, frame_len);
+  env_->SendFrame(f, frame_len);
+  ++env_->Stats().sent_pkts;
+  return true;
+}
+
+bool Qp::BuildAtomicAck(Response& r) {
+  const wire::OpcodeInfo& info = wire::opcode_info(wire::kRcAtomicAck);
+  const uint32_t roce_len = info.length + wire::kIcrcLen;
+  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  TxFrame f;
+  if (!env_->AllocFrame(frame_len, &f)) return false;
+  wire::Ipv4Path path = PathTo(r.dmac);
+  path.dip = r.dip;
+  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  wire::Bth b;
+  b.opcode = wire::kRcAtomicAck;
+  b.dqpn = attr_.dest_qpn;
+  b.psn = r.psn;
+  wire::write_bth(f.data + bth_off, b);
+  wire::write_aeth(f.data + bth_off + info.aeth, wire::Aeth::ack(r.msn));
+  wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
+  wire::finish_icrc_v4(f.data, frame_len);
+  env_->SendFrame(f, frame_len);
+  ++env_->Stats().sent_pkts;
+  return true;
+}
+
+// Sends the next packet of a READ response; r advances.
+bool Qp::BuildReadResponse(Response& r) {
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  const uint32_t len = std::min(r.remaining, mtu);
+  const bool last = r.remaining <= mtu;
+  uint8_t opcode;
+  if (r.first && last) opcode = wire::kRcReadResponseOnly;
+  else if (r.first) opcode = wire::kRcReadResponseFirst;
+  else if (last) opcode = wire::kRcReadResponseLast;
+  else opcode = wire::kRcReadResponseMiddle;
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
+  uint8_t* host = nullptr;
+  // Checked per packet: the MR may be deregistered while the READ runs.
+  if (len != 0 && env_->Mrs().Check(r.rkey, pd_, r.va, len, mem::kRemoteRead, &host) != mem::AccessError::kOk) {
+    Response nak = r;
+    nak.syndrome = wire::Aeth::nak(r.msn, wire::NakCode::kRemoteAccessError).syndrome;
+    ++env_->Stats().send_rem_access_err;
+    if (!BuildAck(nak)) return false;
+    r.finished = true;
+    return true;
+  }
+  const uint32_t pad = (4 - (len & 3)) & 3;
+  const uint32_t roce_len = info.length + len + pad + wire::kIcrcLen;
+  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  TxFrame f;
+  if (!env_->AllocFrame(frame_len, &f)) return false;
+  wire::Ipv4Path path = PathTo(r.dmac);
+  path.dip = r.dip;
+  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  uint8_t* bth = f.data + bth_off;
+  wire::Bth b;
+  b.opcode = opcode;
+  b.pad = static_cast<uint8_t>(pad);
+  b.dqpn = attr_.dest_qpn;
+  b.psn = r.psn;
+  wire::write_bth(bth, b);
+  if (info.aeth) wire::write_aeth(bth + info.aeth, wire::Aeth::ack(r.msn));
+  if (len != 0) std::memcpy(bth + info.payload, host, len);
+  std::memset(bth + info.payload + len, 0, pad);
+  wire::finish_icrc_v4(f.data, frame_len);
+  env_->SendFrame(f, frame_len);
+  ++env_->Stats().sent_pkts;
+  r.psn = wire::psn_add(r.psn, 1);
+  r.va += len;
+  r.remaining -= len;
+  r.first = false;
+  r.finished = last;
+  return true;
+}
+
+// Drains owed responses in order; returns true while some remain.
+bool Qp::SendResponses(unsigned* budget) {
+  while (resp_head_ != resp_tail_ && *budget > 0) {
+    Response& r = responses_[resp_head_ % responses_.size()];
+    bool done = false;
+    switch (r.kind) {
+      case Response::kAck:
+        if (!BuildAck(r)) return true;
+        done = true;
+        break;
+      case Response::kAtomicAck:
+        if (!BuildAtomicAck(r)) return true;
+        done = true;
+        break;
+      case Response::kRead:
+        if (!BuildReadResponse(r)) return true;
+        done = r.finished;
+        break;
+    }
+    --*budget;
+    if (done) ++resp_head_;
+  }
+  return resp_head_ != resp_tail_;
+}
+
+}  // namespace droce::transport
