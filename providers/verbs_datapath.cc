@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "droce/droce.h"
@@ -13,7 +14,18 @@ namespace {
 
 // After this many empty polls in a row a polling thread yields its CPU once,
 // so that a busy-polling application and droce's worker can share a core.
-constexpr unsigned kEmptyPollsBeforeYield = 64;
+constexpr unsigned kDefaultEmptyPollsBeforeYield = 16;
+
+// DROCE_POLL_YIELD: empty ibv_poll_cq calls in a row before the polling
+// thread yields its CPU (0: never). See docs/CONFIG.md.
+unsigned empty_polls_before_yield() {
+  static const unsigned n = [] {
+    const char* v = std::getenv("DROCE_POLL_YIELD");
+    return v != nullptr && *v != '\0' ? static_cast<unsigned>(std::strtoul(v, nullptr, 10))
+                                       : kDefaultEmptyPollsBeforeYield;
+  }();
+  return n;
+}
 
 // Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)).
 bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
@@ -48,7 +60,10 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = to_cq(ibcq);
   queue::Cqe cqes[16];
   int got = 0;
-  {
+  for (int attempt = 0; attempt < 2 && got == 0; ++attempt) {
+    // Nothing yet: advance the engine on this thread (application-driven
+    // progress), then look again.
+    if (attempt == 1 && !to_ctx(ibcq->context)->s->engine->TryDrive()) break;
     std::lock_guard<std::mutex> l(cq->poll_mu);
     while (got < n) {
       const int want = std::min(n - got, 16);
@@ -76,7 +91,8 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   }
   if (got == 0) {
     static thread_local unsigned empty = 0;
-    if (++empty >= kEmptyPollsBeforeYield) {
+    const unsigned limit = empty_polls_before_yield();
+    if (limit != 0 && ++empty >= limit) {
       empty = 0;
       sched_yield();
     }
@@ -185,7 +201,9 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (q->sq_prod != start) q->handle.sq.publish_prod(q->sq_prod);
     else return rc;
   }
-  to_ctx(ibqp->context)->s->engine->Doorbell(q->handle);
+  engine::Device* eng = to_ctx(ibqp->context)->s->engine;
+  eng->Doorbell(q->handle, /*wake=*/false);
+  eng->Kick();  // send now on this thread rather than wake the worker
   return rc;
 }
 
@@ -302,7 +320,11 @@ int wr_complete(ibv_qp_ex* qpx) {
   }
   q->wr_cur = nullptr;
   q->sq_mu.unlock();
-  if (ring) to_ctx(qpx->qp_base.context)->s->engine->Doorbell(q->handle);
+  if (ring) {
+    engine::Device* eng = to_ctx(qpx->qp_base.context)->s->engine;
+    eng->Doorbell(q->handle, /*wake=*/false);
+    eng->Kick();
+  }
   return err;
 }
 

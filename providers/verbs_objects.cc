@@ -391,6 +391,9 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     return -1;
   }
   uint64_t v;
+  // This thread may have been driving the engine; it is about to block, so
+  // the worker takes over.
+  to_ctx(channel->context)->s->engine->Handoff();
   // Blocks, or fails with EAGAIN if the application made the fd O_NONBLOCK.
   if (read(channel->fd, &v, sizeof(v)) != sizeof(v)) return -1;
   Channel* ch = reinterpret_cast<Channel*>(channel);

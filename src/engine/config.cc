@@ -71,6 +71,11 @@ absl::StatusOr<Config> ConfigFromEnv() {
     else return absl::InvalidArgumentError(absl::StrCat("DROCE_LOG_LEVEL: invalid level '", *v, "'"));
   }
   if (auto v = env("DROCE_LINK")) c.link = *v;
+  if (auto v = env("DROCE_PROGRESS")) {
+    if (*v == "app") c.app_progress = true;
+    else if (*v == "thread") c.app_progress = false;
+    else return absl::InvalidArgumentError(absl::StrCat("DROCE_PROGRESS: invalid mode '", *v, "' (app or thread)"));
+  }
   if (absl::Status s = ParseIpv4Prefix(env("DROCE_IP").value_or(kDefaultIp), &c.ip, &c.prefix_len);
       !s.ok()) {
     return prefixed("DROCE_IP", s);

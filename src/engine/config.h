@@ -19,6 +19,10 @@ struct Config {
   uint8_t mtu = 3;         // enum ibv_mtu cap for the port's active MTU
   std::optional<wire::MacAddr> mac;
   LogLevel log_level = LogLevel::kError;
+  // true: application threads drive the engine from ibv_poll_cq/ibv_post_*
+  // and the worker thread takes over when they stop (DROCE_PROGRESS=app);
+  // false: only the worker thread drives (DROCE_PROGRESS=thread).
+  bool app_progress = true;
 };
 
 inline constexpr const char* kDefaultIp = "10.77.0.1/24";

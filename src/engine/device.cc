@@ -69,6 +69,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     return;
   }
   port_.name = "droce0";
+  app_progress_ = cfg.app_progress;
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
   port_.link_mtu = dpdk_.link_mtu();
@@ -121,13 +122,17 @@ void Device::RunOnWorker(std::function<void()> fn) {
   f.wait();
 }
 
-void Device::Doorbell(const QpHandle& qp) {
+void Device::Doorbell(const QpHandle& qp, bool wake) {
   // Only the first doorbell since the worker last looked enqueues the QPN;
   // see HandleDoorbells for the other half.
   if (qp.shared->doorbell_pending.exchange(1, std::memory_order_acq_rel) == 0) {
     doorbells_.Push(qp.qpn);
   }
-  Wake();
+  if (wake) Wake();
+}
+
+void Device::Kick() {
+  if (!app_progress_ || !TryDrive()) Wake();
 }
 
 uint64_t Device::NowNs() {

@@ -133,7 +133,18 @@ class Device : public transport::TransportEnv {
   Counters ReadCounters();
 
   // Datapath, any thread: new WQEs are in the QP's rings.
-  void Doorbell(const QpHandle& qp);
+  // With wake=false the caller drives or wakes the worker itself (Kick).
+  void Doorbell(const QpHandle& qp, bool wake = true);
+  // After doorbells: drive the engine on this thread if nobody is driving,
+  // else make sure the worker is awake to see them.
+  void Kick();
+  // Application-driven progress: runs one turn of the engine loop on the
+  // calling thread unless another thread is driving. Returns whether there
+  // was work.
+  bool TryDrive();
+  // An application thread that drove the engine is about to block (e.g. in
+  // ibv_get_cq_event): the worker takes over now.
+  void Handoff();
 
   // TransportEnv (worker thread only).
   uint64_t NowNs() override;
@@ -192,6 +203,7 @@ class Device : public transport::TransportEnv {
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
   void IdleBackoff(unsigned idle_loops);
+  void Nap(long ns);
   void DeliverEvents(QpEntry* e);
   // arp.cc
   void HandleArp(const uint8_t* f, size_t len);
@@ -210,6 +222,9 @@ class Device : public transport::TransportEnv {
   // Wakeup: the worker sleeps on `wake_seq_` (futex) when idle.
   alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq_{0};
   std::atomic<uint32_t> sleeping_{0};
+  std::atomic<bool> drive_lock_{false};
+  std::atomic<uint64_t> last_app_drive_ns_{0};
+  bool app_progress_ = true;
   queue::DoorbellQueue doorbells_{4096};
 
   // Worker-owned state.
@@ -229,6 +244,7 @@ class Device : public transport::TransportEnv {
   Counters stats_;
   std::vector<rte_mbuf*> tx_;
   uint64_t last_timer_ns_ = 0;
+  uint64_t last_busy_ns_ = 0;
 };
 
 }  // namespace droce::engine

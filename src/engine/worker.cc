@@ -24,20 +24,75 @@ constexpr uint64_t kTimerTickNs = 50'000;
 // Idle back-off: spin, then yield the CPU, then sleep (futex with timeout,
 // woken early by doorbells and control calls).
 constexpr unsigned kSpinLoops = 200;
-constexpr unsigned kYieldLoops = 2000;
+// Keep yielding (not sleeping) this long after the last work: a peer's next
+// packet in a ping-pong arrives within microseconds, and a sleeping worker
+// cannot see it (no Rx interrupts on memif/af_xdp/af_packet).
+constexpr uint64_t kYieldWindowNs = 5'000'000;
 constexpr long kSleepNs = 200'000;
+// While application threads drive the engine (ibv_poll_cq, ibv_post_*), the
+// worker naps and takes over when they have not driven for this long, or at
+// once when one of them is about to block (Device::Handoff). Every wakeup of
+// the worker costs a context switch, which on a VM is tens of microseconds.
+constexpr uint64_t kAppDriveWindowNs = 2'000'000;
+constexpr long kAppNapNs = 1'000'000;
 
 }  // namespace
 
+// Progress: whoever holds drive_lock_ runs the loop body. The worker thread
+// drives unless an application thread is driving from ibv_poll_cq or
+// ibv_post_* (Device::TryDrive); then it steps aside and naps, so that on a
+// busy-polling application the engine runs on the application's own thread
+// with no hand-off between threads. Only one thread drives at a time, so the
+// worker-owned state still has exactly one owner at any moment; the lock's
+// acquire/release orders one driver's writes before the next driver's reads.
 void Device::Loop() {
   unsigned idle = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
-    if (PollOnce()) {
+    const uint64_t now = NowNs();
+    if (now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs ||
+        drive_lock_.exchange(true, std::memory_order_acquire)) {
+      Nap(kAppNapNs);  // an application thread is driving
       idle = 0;
+      continue;
+    }
+    const bool busy = PollOnce();
+    drive_lock_.store(false, std::memory_order_release);
+    if (busy) {
+      idle = 0;
+      last_busy_ns_ = last_timer_ns_;
     } else {
       IdleBackoff(++idle);
     }
   }
+}
+
+bool Device::TryDrive() {
+  if (!app_progress_ || drive_lock_.load(std::memory_order_relaxed) ||
+      drive_lock_.exchange(true, std::memory_order_acquire)) {
+    return false;
+  }
+  const bool busy = PollOnce();
+  last_app_drive_ns_.store(last_timer_ns_, std::memory_order_relaxed);
+  drive_lock_.store(false, std::memory_order_release);
+  return busy;
+}
+
+void Device::Handoff() {
+  if (!app_progress_) return;
+  last_app_drive_ns_.store(0, std::memory_order_relaxed);
+  wake_seq_.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+void Device::Nap(long ns) {
+  const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
+  sleeping_.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!mbox_pending_.load(std::memory_order_relaxed)) {
+    timespec ts{0, ns};
+    syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+  }
+  sleeping_.store(0, std::memory_order_relaxed);
 }
 
 bool Device::PollOnce() {
@@ -92,7 +147,7 @@ void Device::IdleBackoff(unsigned idle) {
     rte_pause();
     return;
   }
-  if (idle < kYieldLoops || !timed_.empty()) {
+  if (last_timer_ns_ - last_busy_ns_ < kYieldWindowNs || !timed_.empty() || !active_.empty()) {
     sched_yield();
     return;
   }
@@ -105,6 +160,7 @@ void Device::IdleBackoff(unsigned idle) {
     syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
   }
   sleeping_.store(0, std::memory_order_relaxed);
+  last_busy_ns_ = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
 }
 
 void Device::RunMailbox() {
