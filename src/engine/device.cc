@@ -92,7 +92,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   port_.gid[13] = static_cast<uint8_t>(cfg.ip >> 16);
   port_.gid[14] = static_cast<uint8_t>(cfg.ip >> 8);
   port_.gid[15] = static_cast<uint8_t>(cfg.ip);
-  tx_.reserve(64);
+  tx_.reserve(1024);
   Log(LogLevel::kInfo, "droce0 up: link %s", po.devargs);
   started->set_value(absl::OkStatus());
   Loop();

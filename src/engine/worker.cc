@@ -19,6 +19,10 @@ namespace droce::engine {
 namespace {
 
 constexpr uint16_t kRxBurst = 32;
+constexpr size_t kTxBurst = 64;
+// Frames queued for a link that is not taking them before the transport is
+// told to wait (AllocFrame fails).
+constexpr size_t kTxHighWater = 512;
 constexpr unsigned kSendBudget = 32;
 constexpr uint64_t kTimerTickNs = 50'000;
 // Idle back-off: spin, then yield the CPU, then sleep (futex with timeout,
@@ -279,7 +283,9 @@ void Device::HandleFrame(rte_mbuf* m) {
 }
 
 bool Device::AllocFrame(uint32_t len, transport::TxFrame* f) {
-  if (len > dpdk_.data_room()) return false;
+  // Back-pressure: while the link refuses frames, stop producing new ones;
+  // the transport tries again on a later loop turn instead of losing them.
+  if (len > dpdk_.data_room() || tx_.size() >= kTxHighWater) return false;
   rte_mbuf* m = rte_pktmbuf_alloc(dpdk_.pool());
   if (m == nullptr) return false;
   f->data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
@@ -300,21 +306,17 @@ void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
   }
   rte_pktmbuf_trim(m, static_cast<uint16_t>(f.capacity - len));
   tx_.push_back(m);
-  if (tx_.size() >= 64) FlushTx();
+  if (tx_.size() >= kTxBurst) FlushTx();
 }
 
 void Device::FlushTx() {
+  const uint16_t n = static_cast<uint16_t>(std::min<size_t>(tx_.size(), UINT16_MAX));
   uint16_t done = 0;
-  const uint16_t n = static_cast<uint16_t>(tx_.size());
-  for (int tries = 0; done < n && tries < 64; ++tries) {
+  for (int tries = 0; done < n && tries < 4; ++tries) {
     done += rte_eth_tx_burst(dpdk_.port_id(), 0, tx_.data() + done, n - done);
   }
-  if (done < n) {
-    // The link is backed up; the transport's timers retransmit.
-    stats_.tx_dropped += n - done;
-    rte_pktmbuf_free_bulk(tx_.data() + done, n - done);
-  }
-  tx_.clear();
+  // What the link did not take stays queued, in order, for the next turn.
+  tx_.erase(tx_.begin(), tx_.begin() + done);
 }
 
 }  // namespace droce::engine

@@ -154,8 +154,11 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   const uint32_t remaining = ctx.total_len - offset;
   const bool should_be_last = remaining <= mtu;
   // IBA 9.7.5.1.4: responses come as FIRST/MIDDLE/LAST or ONLY and carry
-  // exactly a path MTU except the last.
-  if (first != (ctx.resp_pkts == 0) || last != should_be_last ||
+  // exactly a path MTU except the last. A READ reissued for its missing part
+  // is a new request to the responder, so its first response is FIRST/ONLY;
+  // a MIDDLE/LAST of the original stream at the same PSN is as good.
+  const bool first_ok = ctx.resp_pkts == 0 || ctx.resp_pkts == ctx.read_restart;
+  if ((first && !first_ok) || (!first && ctx.resp_pkts == 0) || last != should_be_last ||
       pkt.payload_len != (last ? remaining : mtu)) {
     CompleteHeadWithError(queue::wc::kBadRespErr);
     return;

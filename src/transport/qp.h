@@ -190,6 +190,7 @@ class Qp {
     uint32_t first_psn = 0;
     uint32_t npkts = 0;       // PSNs the WQE occupies (READ: response packets)
     uint32_t resp_pkts = 0;   // READ responses received so far
+    uint32_t read_restart = 0;  // READ: response index the last (re)issued request started at
     bool done = false;        // READ/atomic: response received
     bool rd_counted = false;  // counted in rd_atomic_inflight_
     uint32_t dip = 0;         // UD: destination

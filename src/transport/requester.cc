@@ -81,6 +81,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   ctx.total_len = static_cast<uint32_t>(total);
   ctx.npkts = is_atomic(w.op) || total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
   ctx.resp_pkts = 0;
+  ctx.read_restart = 0;
   ctx.done = false;
   ctx.rd_counted = false;
   if (type_ == QpType::kUd) {
@@ -307,6 +308,7 @@ bool Qp::PollSend(unsigned budget) {
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
     ++sent;
     if (rd) {
+      ctx.read_restart = send_pkt_;
       if (!ctx.rd_counted) {
         ctx.rd_counted = true;
         ++rd_atomic_inflight_;
