@@ -92,6 +92,8 @@ void Qp::GoBackTo(uint32_t psn) {
       sq_send_ = i;
       send_pkt_ = static_cast<uint32_t>(d);
       next_psn_ = psn;
+      // Invariant: unacked_psn_ <= next_psn_ (everything from psn on is unsent).
+      if (wire::psn_lt(psn, unacked_psn_)) unacked_psn_ = psn;
       return;
     }
   }
@@ -228,9 +230,18 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
   const wire::Aeth aeth = wire::read_aeth(pkt.ext(pkt.info->aeth));
   switch (aeth.type()) {
     case wire::AckType::kAck: {
-      const uint32_t next = wire::psn_add(psn, 1);
+      uint32_t next = wire::psn_add(psn, 1);
       CompleteUpTo(next);
-      if (wire::psn_lt(unacked_psn_, next)) unacked_psn_ = next;
+      // A READ or atomic still waiting for its response stays unacknowledged
+      // from its first missing response on, whatever later ACKs say.
+      if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
+        const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+        if (needs_response(head.wqe.op) && !head.done) {
+          const uint32_t missing = wire::psn_add(head.first_psn, head.resp_pkts);
+          if (wire::psn_lt(missing, next)) next = missing;
+        }
+      }
+      if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) unacked_psn_ = next;
       retries_left_ = attr_.retry_cnt;
       rnr_retries_left_ = attr_.rnr_retry;
       last_progress_ns_ = env_->NowNs();
