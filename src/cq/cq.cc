@@ -6,7 +6,10 @@ namespace droce::cq {
 
 absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Create(uint32_t min_entries) {
   const uint32_t size = queue::round_up_pow2(min_entries < 2 ? 2 : min_entries);
-  const size_t ring_len = queue::ring_bytes(size, sizeof(queue::Cqe));
+  if (size == 0 || size > (1u << 24)) return absl::InvalidArgumentError("CQ size out of range");
+  // CqControl is cache-line aligned and must not share a line with a CQE.
+  const size_t ring_len = (queue::ring_bytes(size, sizeof(queue::Cqe)) + queue::kCacheLine - 1) &
+                          ~(queue::kCacheLine - 1);
   auto shm = queue::ShmRegion::Create("droce-cq", ring_len + sizeof(CqControl));
   if (!shm.ok()) return shm.status();
   auto r = std::make_unique<CqRegion>();

@@ -20,7 +20,9 @@ namespace droce::queue {
 
 class DoorbellQueue {
  public:
-  explicit DoorbellQueue(uint32_t size) : mask_(round_up_pow2(size) - 1), cells_(new Cell[mask_ + 1]) {
+  // size is clamped to [2, 2^20].
+  explicit DoorbellQueue(uint32_t size)
+      : mask_(round_up_pow2(size < 2 ? 2 : size > (1u << 20) ? (1u << 20) : size) - 1), cells_(new Cell[mask_ + 1]) {
     for (uint32_t i = 0; i <= mask_; ++i) cells_[i].seq.store(i, std::memory_order_relaxed);
   }
 

@@ -39,7 +39,9 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 inline constexpr uint32_t kRingMagic = 0x64524e47;  // "dRNG"
 inline constexpr uint32_t kRingVersion = 1;
 
+// The smallest power of two >= v; 0 when there is none in 32 bits (v > 2^31).
 inline constexpr uint32_t round_up_pow2(uint32_t v) {
+  if (v > (1u << 31)) return 0;
   uint32_t p = 1;
   while (p < v) p <<= 1;
   return p;
