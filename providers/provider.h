@@ -93,6 +93,10 @@ struct Ah {
   uint32_t id = 0;
 };
 
+struct Mw {
+  ibv_mw mw;
+};
+
 struct Srq {
   ibv_srq srq;
   engine::SrqHandle handle;
@@ -123,6 +127,9 @@ int req_notify_cq(ibv_cq* cq, int solicited_only);
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
 int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int dealloc_mw(ibv_mw* mw);
+int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 void init_qp_ex_ops(ibv_qp_ex* qpx);
 bool context_is_ours(ibv_context* c);
 

@@ -38,7 +38,9 @@ bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
     case IBV_WR_RDMA_READ: *out = queue::WqeOp::kRead; return type == IBV_QPT_RC;
     case IBV_WR_ATOMIC_CMP_AND_SWP: *out = queue::WqeOp::kCmpSwap; return type == IBV_QPT_RC;
     case IBV_WR_ATOMIC_FETCH_AND_ADD: *out = queue::WqeOp::kFetchAdd; return type == IBV_QPT_RC;
-    default: return false;  // memory-window binds and LOCAL_INV are not implemented
+    case IBV_WR_BIND_MW: *out = queue::WqeOp::kBindMw; return type != IBV_QPT_UD;
+    case IBV_WR_LOCAL_INV: *out = queue::WqeOp::kLocalInv; return type != IBV_QPT_UD;
+    default: return false;  // TSO, ATOMIC_WRITE, driver opcodes
   }
 }
 
@@ -124,9 +126,26 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
   w.imm_data = wr->imm_data;
   switch (op) {
     case queue::WqeOp::kSendInv:
+    case queue::WqeOp::kLocalInv:
       w.rkey = wr->invalidate_rkey;
       w.imm_data = 0;
       break;
+    case queue::WqeOp::kBindMw: {
+      // Type 2 windows are bound through ibv_post_send (type 1: ibv_bind_mw).
+      const ibv_mw* mw = wr->bind_mw.mw;
+      const ibv_mw_bind_info& bi = wr->bind_mw.bind_info;
+      if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || bi.mr == nullptr || bi.length == 0 ||
+          (wr->bind_mw.rkey >> 8) != (mw->rkey >> 8)) {
+        return EINVAL;
+      }
+      w.rkey = wr->bind_mw.rkey;
+      w.remote_addr = bi.addr;
+      w.compare_add = bi.length;
+      w.swap = uint64_t{bi.mr->lkey} | (uint64_t{bi.mw_access_flags} << 32);
+      w.ah = 2;
+      w.imm_data = 0;
+      break;
+    }
     case queue::WqeOp::kWrite:
     case queue::WqeOp::kWriteImm:
     case queue::WqeOp::kRead:
@@ -142,6 +161,12 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
       break;
     default:
       break;
+  }
+  if (op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv) {
+    w.num_sge = 0;
+    std::memcpy(slot, &w, sizeof(w));
+    ++q->sq_prod;
+    return 0;
   }
   if (type == IBV_QPT_UD) {
     w.ah = reinterpret_cast<Ah*>(wr->wr.ud.ah)->id;
@@ -452,8 +477,29 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
   cur_wqe(q)->remote_qpn = remote_qpn;
   cur_wqe(q)->remote_qkey = remote_qkey;
 }
-void wr_bind_mw(ibv_qp_ex* q, ibv_mw*, uint32_t, const ibv_mw_bind_info*) { wr_unsupported(q); }
-void wr_local_inv(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
+void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bi) {
+  if (!wr_allowed(qpx, IBV_WR_BIND_MW)) return;
+  Qp* q = to_qp(qpx);
+  if (mw == nullptr || bi == nullptr || mw->type != IBV_MW_TYPE_2 || bi->mr == nullptr || bi->length == 0 ||
+      (rkey >> 8) != (mw->rkey >> 8)) {
+    if (!q->wr_err) q->wr_err = EINVAL;
+    return;
+  }
+  wr_begin(qpx, queue::WqeOp::kBindMw, 0);
+  if (q->wr_err) return;
+  queue::SendWqe* w = cur_wqe(q);
+  w->rkey = rkey;
+  w->remote_addr = bi->addr;
+  w->compare_add = bi->length;
+  w->swap = uint64_t{bi->mr->lkey} | (uint64_t{bi->mw_access_flags} << 32);
+  w->ah = 2;
+}
+void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
+  if (!wr_allowed(qpx, IBV_WR_LOCAL_INV)) return;
+  wr_begin(qpx, queue::WqeOp::kLocalInv, 0);
+  Qp* q = to_qp(qpx);
+  if (!q->wr_err) cur_wqe(q)->rkey = rkey;
+}
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
 void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { wr_unsupported(q); }
@@ -482,6 +528,66 @@ void init_qp_ex_ops(ibv_qp_ex* x) {
   x->wr_set_ud_addr = wr_set_ud_addr;
   x->wr_set_xrc_srqn = wr_set_xrc_srqn;
   x->wr_atomic_write = wr_atomic_write;
+}
+
+ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {
+  if (pd == nullptr || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto rkey = to_ctx(pd->context)->s->engine->AllocMw(reinterpret_cast<Pd*>(pd)->id,
+                                                       static_cast<uint8_t>(type));
+  if (!rkey.ok()) {
+    errno = rkey.status().code() == absl::StatusCode::kResourceExhausted ? ENOMEM : EINVAL;
+    return nullptr;
+  }
+  auto* mw = new Mw();
+  mw->mw.context = pd->context;
+  mw->mw.pd = pd;
+  mw->mw.rkey = *rkey;
+  mw->mw.handle = *rkey >> 8;
+  mw->mw.type = type;
+  return &mw->mw;
+}
+
+int dealloc_mw(ibv_mw* mw) {
+  if (mw == nullptr) return EINVAL;
+  if (!to_ctx(mw->context)->s->engine->DeallocMw(mw->rkey).ok()) return EINVAL;
+  delete reinterpret_cast<Mw*>(mw);
+  return 0;
+}
+
+// ibv_bind_mw (type 1): a bind work request on the QP; the window's rkey
+// changes as the verb returns (ibv_bind_mw(3)).
+int bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* bind) {
+  if (ibqp == nullptr || mw == nullptr || bind == nullptr || mw->type != IBV_MW_TYPE_1 ||
+      ibqp->qp_type == IBV_QPT_UD) {
+    return EINVAL;
+  }
+  Qp* q = to_qp(ibqp);
+  const uint32_t new_rkey = ibv_inc_rkey(mw->rkey);
+  {
+    std::lock_guard<std::mutex> l(q->sq_mu);
+    if (ibqp->state != IBV_QPS_RTS) return EINVAL;
+    if (sq_full(q)) return ENOMEM;
+    queue::SendWqe w{};
+    w.wr_id = bind->wr_id;
+    w.op = queue::WqeOp::kBindMw;
+    w.flags = map_send_flags(bind->send_flags);
+    w.rkey = new_rkey;
+    const ibv_mw_bind_info& bi = bind->bind_info;
+    w.remote_addr = bi.addr;
+    w.compare_add = bi.mr != nullptr ? bi.length : 0;
+    w.swap = uint64_t{bi.mr != nullptr ? bi.mr->lkey : 0} | (uint64_t{bi.mw_access_flags} << 32);
+    w.ah = 1;
+    std::memcpy(q->handle.sq.slot(q->sq_prod), &w, sizeof(w));
+    q->handle.sq.publish_prod(++q->sq_prod);
+  }
+  mw->rkey = new_rkey;
+  engine::Device* eng = to_ctx(ibqp->context)->s->engine;
+  eng->Doorbell(q->handle, /*wake=*/false);
+  eng->Kick();
+  return 0;
 }
 
 }  // namespace droce::provider

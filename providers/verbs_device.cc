@@ -67,7 +67,9 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->max_qp = engine::Limits::kMaxQp;
   a->max_qp_wr = engine::Limits::kMaxQpWr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID;
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+  a->max_mw = engine::Limits::kMaxMr;
   a->max_sge = engine::Limits::kMaxSge;
   a->max_sge_rd = engine::Limits::kMaxSge;
   a->max_cq = engine::Limits::kMaxCq;
@@ -126,12 +128,6 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
 
 ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
 
-ibv_mw* alloc_mw_unsupported(ibv_pd*, ibv_mw_type) {
-  errno = EOPNOTSUPP;
-  return nullptr;
-}
-int bind_mw_unsupported(ibv_qp*, ibv_mw*, ibv_mw_bind*) { return EOPNOTSUPP; }
-int dealloc_mw_unsupported(ibv_mw*) { return EOPNOTSUPP; }
 
 }  // namespace
 
@@ -228,9 +224,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.post_send = post_send;
   c.ops.post_recv = post_recv;
   c.ops.post_srq_recv = post_srq_recv;
-  c.ops.alloc_mw = alloc_mw_unsupported;
-  c.ops.bind_mw = bind_mw_unsupported;
-  c.ops.dealloc_mw = dealloc_mw_unsupported;
+  c.ops.alloc_mw = alloc_mw;
+  c.ops.bind_mw = bind_mw;
+  c.ops.dealloc_mw = dealloc_mw;
   v.sz = sizeof(verbs_context);
   v.query_port = query_port_ex;
   v.query_device_ex = query_device_ex;

@@ -149,7 +149,10 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
     return nullptr;
   }
   uint64_t kSupportedOps = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-  if (attr->qp_type != IBV_QPT_UD) kSupportedOps |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+  if (attr->qp_type != IBV_QPT_UD) {
+    kSupportedOps |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+                     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
+  }
   if (attr->qp_type == IBV_QPT_RC) {
     kSupportedOps |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
                      IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;

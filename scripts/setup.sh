@@ -13,8 +13,8 @@ packages=(
   libibverbs-dev ibverbs-utils perftest
   # libraries
   libabsl-dev libisal-dev libpcap-dev
-  # tests and benchmarks
-  libgtest-dev googletest libbenchmark-dev
+  # tests and benchmarks (clang + its runtimes for the libFuzzer run, tests/fuzz)
+  libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # tools used by the scripts and tests
   iproute2 procps
 )

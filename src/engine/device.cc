@@ -181,6 +181,10 @@ absl::Status Device::DeregMr(uint32_t key) {
   RunOnWorker([&] {
     const mem::Mr* mr = mrs_.Find(key);
     const uint32_t pd = mr != nullptr ? mr->pd : 0;
+    if (mr != nullptr && mrs_.HasBoundWindows(key)) {
+      s = absl::FailedPreconditionError("memory windows are bound to this MR");
+      return;
+    }
     if (!mrs_.Deregister(key)) {
       s = absl::NotFoundError("no such MR");
       return;
@@ -456,10 +460,38 @@ const transport::AddressHandle* Device::FindAh(uint32_t id) {
   return it == ahs_.end() ? nullptr : &it->second;
 }
 
-bool Device::InvalidateRkey(uint32_t, uint32_t) {
-  // Memory windows and fast-registration MRs are the only invalidatable
-  // objects; droce has neither yet, and ordinary MRs may not be invalidated.
-  return false;
+bool Device::InvalidateRkey(uint32_t rkey, uint32_t pd) {
+  // Only type 2 memory windows are invalidatable; ordinary MRs are not
+  // (droce has no fast-registration MRs).
+  return mrs_.Invalidate(rkey, pd);
+}
+
+absl::StatusOr<uint32_t> Device::AllocMw(uint32_t pd, uint8_t type) {
+  absl::StatusOr<uint32_t> r = absl::InternalError("unset");
+  RunOnWorker([&] {
+    auto p = pds_.find(pd);
+    if (p == pds_.end()) {
+      r = absl::NotFoundError("no such PD");
+      return;
+    }
+    r = mrs_.AllocMw(pd, type);
+    if (r.ok()) ++p->second;
+  });
+  return r;
+}
+
+absl::Status Device::DeallocMw(uint32_t rkey) {
+  absl::Status s;
+  RunOnWorker([&] {
+    const mem::Mw* mw = mrs_.FindMw(rkey);
+    const uint32_t pd = mw != nullptr ? mw->pd : 0;
+    if (!mrs_.DeallocMw(rkey)) {
+      s = absl::NotFoundError("no such memory window");
+      return;
+    }
+    if (auto it = pds_.find(pd); it != pds_.end() && it->second > 0) --it->second;
+  });
+  return s;
 }
 
 void Device::DeliverEvents(QpEntry* e) {

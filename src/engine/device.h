@@ -115,6 +115,8 @@ class Device : public transport::TransportEnv {
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                 uint32_t access);
   absl::Status DeregMr(uint32_t key);
+  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type);
+  absl::Status DeallocMw(uint32_t rkey);
   absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie);
   absl::Status DestroyCq(uint32_t id);
   absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args);
@@ -151,7 +153,7 @@ class Device : public transport::TransportEnv {
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(uint32_t dip, wire::MacAddr* mac) override;
-  const mem::MrTable& Mrs() override { return mrs_; }
+  mem::MrTable& Mrs() override { return mrs_; }
   bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
   const transport::AddressHandle* FindAh(uint32_t id) override;
   Counters& Stats() override { return stats_; }

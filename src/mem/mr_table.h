@@ -31,6 +31,23 @@ struct Mr {
 
 enum class AccessError : uint8_t { kOk = 0, kBadKey, kWrongPd, kNoRights, kOutOfBounds };
 
+// A memory window (IBA 10.6.7): a remote-access window onto part of an MR,
+// bound and unbound by work requests. Its rkey is (index << 8) | variant; the
+// variant is chosen at each bind, so old rkeys stop matching.
+struct Mw {
+  uint32_t pd = 0;
+  uint8_t type = 1;        // 1 or 2 (IBV_MW_TYPE_*)
+  bool bound = false;
+  uint32_t rkey = 0;       // current rkey
+  uint32_t mr_key = 0;     // the MR it is bound to
+  uint32_t qpn = 0;        // type 2: the QP it is bound through
+  uint32_t access = 0;     // remote rights
+  uint64_t iova = 0;
+  uint64_t length = 0;
+};
+
+enum class BindError : uint8_t { kOk = 0, kBadMw, kBadMr, kWrongPd, kNoBindRight, kOutOfBounds, kBadRkey };
+
 class MrTable {
  public:
   absl::StatusOr<Mr> Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
@@ -42,6 +59,22 @@ class MrTable {
   }
   size_t size() const { return mrs_.size(); }
 
+  // Memory windows.
+  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type);
+  bool DeallocMw(uint32_t rkey);
+  const Mw* FindMw(uint32_t rkey) const {
+    auto it = mws_.find(rkey >> 8);
+    return it == mws_.end() ? nullptr : &it->second;
+  }
+  // Binds (length != 0) or unbinds (length == 0) the window whose index is
+  // new_rkey >> 8 to [iova, iova+length) of MR mr_key, giving it new_rkey.
+  BindError Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_t qpn, uint32_t mr_key,
+                 uint64_t iova, uint64_t length, uint32_t access);
+  // LOCAL_INV / SEND with invalidate: only a bound type 2 window on `pd`.
+  bool Invalidate(uint32_t rkey, uint32_t pd);
+  // Windows still bound to an MR (the MR cannot be deregistered meanwhile).
+  bool HasBoundWindows(uint32_t mr_key) const;
+
   // Checks that [iova, iova+len) lies inside the MR named by `key`, on `pd`,
   // with every right in `need`, and returns the host address of iova.
   AccessError Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t len, uint32_t need,
@@ -49,6 +82,7 @@ class MrTable {
 
  private:
   absl::flat_hash_map<uint32_t, Mr> mrs_;
+  absl::flat_hash_map<uint32_t, Mw> mws_;  // by index (rkey >> 8)
   uint32_t next_index_ = 1;
   uint8_t variant_ = 0;
 };

@@ -49,6 +49,9 @@ struct SendWqe {
   uint64_t remote_addr;
   uint64_t compare_add;
   uint64_t swap;
+  // kBindMw: rkey = the window's new rkey, remote_addr/compare_add = the
+  // window's start and length (0 unbinds), swap = MR lkey | access << 32,
+  // ah = window type. kLocalInv/kSendInv: rkey = the rkey to invalidate.
   uint32_t remote_qpn;   // UD
   uint32_t remote_qkey;  // UD
   uint32_t ah;           // UD: address handle id
@@ -92,6 +95,7 @@ inline constexpr uint8_t kSuccess = 0;
 inline constexpr uint8_t kLocLenErr = 1;
 inline constexpr uint8_t kLocQpOpErr = 2;
 inline constexpr uint8_t kLocProtErr = 4;
+inline constexpr uint8_t kMwBindErr = 6;
 inline constexpr uint8_t kWrFlushErr = 5;
 inline constexpr uint8_t kBadRespErr = 7;
 inline constexpr uint8_t kLocAccessErr = 8;

@@ -19,6 +19,8 @@ uint8_t wc_opcode(queue::WqeOp op) {
     case queue::WqeOp::kRead: return queue::wc::kOpRdmaRead;
     case queue::WqeOp::kCmpSwap: return queue::wc::kOpCompSwap;
     case queue::WqeOp::kFetchAdd: return queue::wc::kOpFetchAdd;
+    case queue::WqeOp::kBindMw: return queue::wc::kOpBindMw;
+    case queue::WqeOp::kLocalInv: return queue::wc::kOpLocalInv;
     default: return queue::wc::kOpSend;
   }
 }
@@ -52,6 +54,11 @@ void Qp::CompleteUpTo(uint32_t psn) {
   const uint32_t before = sq_comp_;
   while (sq_comp_ != sq_send_) {
     SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+    if (ctx.npkts == 0) {
+      // An executed bind/invalidate: complete once everything before it has.
+      if (!CompleteWqe(ctx, queue::wc::kSuccess)) return;
+      continue;
+    }
     const uint32_t last_psn = wire::psn_add(ctx.first_psn, ctx.npkts - 1);
     if (!wire::psn_lt(last_psn, psn)) break;
     if (needs_response(ctx.wqe.op) && !ctx.done) {

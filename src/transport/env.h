@@ -30,7 +30,7 @@ class TransportEnv {
   virtual void SendFrame(const TxFrame& frame, uint32_t len) = 0;
   // The next-hop MAC for an IPv4 destination; false while it is being resolved.
   virtual bool ResolveMac(uint32_t dip, wire::MacAddr* mac) = 0;
-  virtual const mem::MrTable& Mrs() = 0;
+  virtual mem::MrTable& Mrs() = 0;
   // Invalidates a memory window or invalidatable MR named by `rkey` on `pd`
   // (SEND with invalidate, IBA 10.6.7.2); false if it cannot be invalidated.
   virtual bool InvalidateRkey(uint32_t rkey, uint32_t pd) = 0;

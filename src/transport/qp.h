@@ -232,6 +232,7 @@ class Qp {
   uint32_t Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t len, uint8_t* dst,
                   bool* prot_err);
   bool FailHead(SendCtx& ctx, uint8_t status);
+  bool ExecuteLocalOp(SendCtx& ctx);
   void CompleteUnreliable(SendCtx& ctx);
   // completer.cc
   void OnResponse(const wire::PacketView& pkt);

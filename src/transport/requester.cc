@@ -19,6 +19,7 @@ constexpr uint64_t kMaxMessage = 1ull << 31;
 bool is_read(queue::WqeOp op) { return op == queue::WqeOp::kRead; }
 bool is_atomic(queue::WqeOp op) { return op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd; }
 bool is_write(queue::WqeOp op) { return op == queue::WqeOp::kWrite || op == queue::WqeOp::kWriteImm; }
+bool is_local(queue::WqeOp op) { return op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv; }
 
 // The opcode of packet (first, last) of a WQE on a QP type.
 uint8_t request_opcode(QpType type, queue::WqeOp op, bool first, bool last) {
@@ -52,16 +53,27 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   bool op_ok = false;
   switch (type_) {
     case QpType::kRc:
-      op_ok = w.op <= queue::WqeOp::kFetchAdd;
+      op_ok = w.op <= queue::WqeOp::kBindMw;
       break;
     case QpType::kUc:
-      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm || is_write(w.op);
+      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm || is_write(w.op) ||
+              is_local(w.op);
       break;
     case QpType::kUd:
       op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm;
       break;
   }
   if (!op_ok) return queue::wc::kLocQpOpErr;
+  if (is_local(w.op)) {
+    // Memory-window binds and local invalidation send nothing (IBA 10.6.7).
+    ctx.total_len = 0;
+    ctx.npkts = 0;
+    ctx.resp_pkts = 0;
+    ctx.read_restart = 0;
+    ctx.done = false;
+    ctx.rd_counted = false;
+    return queue::wc::kSuccess;
+  }
   uint64_t total = 0;
   if (w.flags & queue::kWqeInline) {
     if (is_read(w.op) || is_atomic(w.op)) return queue::wc::kLocQpOpErr;
@@ -248,6 +260,41 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   return true;
 }
 
+// Executes a bind or local invalidate in SQ order; it completes once every
+// earlier WQE has. Returns false if the requester must stop for now.
+bool Qp::ExecuteLocalOp(SendCtx& ctx) {
+  const queue::SendWqe& w = ctx.wqe;
+  if (w.flags & queue::kWqeFence) {
+    if (sq_comp_ != sq_send_) return false;  // fence: wait for earlier WQEs
+  }
+  bool ok;
+  uint8_t status = queue::wc::kSuccess;
+  if (w.op == queue::WqeOp::kBindMw) {
+    const uint32_t lkey = static_cast<uint32_t>(w.swap);
+    const uint32_t access = static_cast<uint32_t>(w.swap >> 32);
+    ok = env_->Mrs().Bind(w.rkey, static_cast<uint8_t>(w.ah), pd_, qpn_, lkey, w.remote_addr,
+                          w.compare_add, access) == mem::BindError::kOk;
+    if (!ok) status = queue::wc::kMwBindErr;
+  } else {
+    ok = env_->Mrs().Invalidate(w.rkey, pd_);
+    if (!ok) status = queue::wc::kLocProtErr;
+  }
+  if (!ok) {
+    // The failing WQE completes in error after the earlier ones.
+    if (sq_send_ != sq_comp_) return false;
+    FailHead(ctx, status);
+    return false;
+  }
+  ctx.first_psn = next_psn_;
+  ctx.done = true;
+  ++sq_send_;
+  if (type_ != QpType::kRc || sq_comp_ + 1 == sq_send_) {
+    // Nothing before it is outstanding: complete it now.
+    if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
+  }
+  return attr_.state != QpState::kErr;
+}
+
 // UC and UD: a WQE is complete once its last packet is sent (IBA 9.8).
 void Qp::CompleteUnreliable(SendCtx& ctx) {
   if (sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
@@ -289,6 +336,10 @@ bool Qp::PollSend(unsigned budget) {
     const uint32_t slot = sq_send_ & (sq_.size() - 1);
     SendCtx& ctx = send_ctx_[slot];
     const queue::WqeOp op = ctx.wqe.op;
+    if (is_local(op)) {
+      if (!ExecuteLocalOp(ctx)) return more;
+      continue;
+    }
     const bool rd = is_read(op) || is_atomic(op);
     if (send_pkt_ == 0 && type_ == QpType::kRc) {
       // Fence (IBA 10.8.3.3): wait until every earlier WQE has completed.

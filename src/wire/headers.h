@@ -1,6 +1,6 @@
 // Base and extended transport headers (IBA 9.2 – 9.5) in host order, with
 // readers and writers over raw bytes. Callers check lengths first (see
-// parse.h); these functions never check.
+// frame.h); these functions never check.
 #pragma once
 
 #include <cstdint>
@@ -123,6 +123,61 @@ inline void write_deth(uint8_t* p, const Deth& d) {
   store_be32(p, d.qkey);
   p[4] = 0;
   store_be24(p + 5, d.src_qp);
+}
+
+// AtomicAckETH (IBA 9.5.4): the original value at the target address.
+struct AtomicAckEth {
+  uint64_t orig = 0;
+};
+inline AtomicAckEth read_atomic_ack_eth(const uint8_t* p) { return {load_be64(p)}; }
+inline void write_atomic_ack_eth(uint8_t* p, const AtomicAckEth& a) { store_be64(p, a.orig); }
+
+// ImmDt (IBA 9.6): 4 opaque bytes, handled here as the big-endian value on the
+// wire (ibv_wc.imm_data is the same bytes in network order).
+inline uint32_t read_immdt(const uint8_t* p) { return load_be32(p); }
+inline void write_immdt(uint8_t* p, uint32_t imm) { store_be32(p, imm); }
+
+// IETH (IBA 9.7.4.1.7 / SEND with invalidate): the R_Key to invalidate.
+inline uint32_t read_ieth(const uint8_t* p) { return load_be32(p); }
+inline void write_ieth(uint8_t* p, uint32_t rkey) { store_be32(p, rkey); }
+
+// AETH credit count (IBA 9.7.5.1.1, table 45 "Encoding of the credit count"):
+// the 5-bit field of an ACK is a logarithmic code for the number of receive
+// WQEs the responder has; 0x1F means "not valid" (no flow control, as rxe and
+// most RNICs send). Returns -1 for 0x1F.
+inline constexpr int32_t aeth_credits(uint8_t code) {
+  code &= 0x1F;
+  if (code == kCreditInvalid) return -1;
+  if (code <= 4) return code;
+  // Even codes are powers of two (6 -> 8, 8 -> 16, ...), odd codes 1.5 times
+  // the power below (5 -> 6, 7 -> 12, ...).
+  if ((code & 1) == 0) return int32_t{1} << (code / 2);
+  return (int32_t{3} << ((code - 1) / 2)) / 2;
+}
+// The largest code whose credit count does not exceed `credits` (so that a
+// requester never sends more than the responder can take); 30 for >= 32768.
+inline constexpr uint8_t aeth_credit_code(uint32_t credits) {
+  uint8_t code = 0;
+  for (uint8_t c = 1; c < kCreditInvalid; ++c) {
+    if (static_cast<uint32_t>(aeth_credits(c)) <= credits) code = c;
+  }
+  return code;
+}
+static_assert(aeth_credits(4) == 4 && aeth_credits(5) == 6 && aeth_credits(6) == 8 &&
+              aeth_credits(7) == 12 && aeth_credits(8) == 16 && aeth_credits(29) == 24576 &&
+              aeth_credits(30) == 32768 && aeth_credits(31) == -1);
+static_assert(aeth_credit_code(0) == 0 && aeth_credit_code(7) == 5 && aeth_credit_code(12) == 7 &&
+              aeth_credit_code(100000) == 30);
+
+inline const char* nak_code_name(NakCode c) {
+  switch (c) {
+    case NakCode::kPsnSeqError: return "psn_sequence_error";
+    case NakCode::kInvalidRequest: return "invalid_request";
+    case NakCode::kRemoteAccessError: return "remote_access_error";
+    case NakCode::kRemoteOperationalError: return "remote_operational_error";
+    case NakCode::kInvalidRdRequest: return "invalid_rd_request";
+  }
+  return "reserved";
 }
 
 }  // namespace droce::wire

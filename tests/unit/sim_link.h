@@ -43,8 +43,8 @@ class SimEnv : public transport::TransportEnv {
     *mac = {2, 0, 0, 0, 0, 9};
     return true;
   }
-  const mem::MrTable& Mrs() override { return mrs; }
-  bool InvalidateRkey(uint32_t, uint32_t) override { return false; }
+  mem::MrTable& Mrs() override { return mrs; }
+  bool InvalidateRkey(uint32_t rkey, uint32_t pd) override { return mrs.Invalidate(rkey, pd); }
   const transport::AddressHandle* FindAh(uint32_t id) override {
     auto it = ahs.find(id);
     return it == ahs.end() ? nullptr : &it->second;

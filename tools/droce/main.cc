@@ -34,6 +34,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "pcap_check.h"
 
 #ifndef DROCE_VERSION
 #define DROCE_VERSION "unknown"
@@ -818,5 +819,6 @@ int main(int argc, char** argv) {
   }
   if (cmd == "exec") return CmdExec(args);
   if (cmd == "demo") return CmdDemo(args);
+  if (cmd == "pcap-check") return PcapCheckMain(argc - 1, argv + 1);
   return UsageError(StrCat("unknown command '", cmd, "' (see 'droce help')"));
 }

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets in this directory with clang++ against the
+# src/wire sources and runs each for a bounded time, failing on any crash.
+#
+#   tests/fuzz/run.sh SECONDS [WORKDIR]
+#
+# SECONDS is per target (default 10). Binaries and the grown corpora live in
+# WORKDIR (`meson test` passes build/fuzz; default: a temporary directory,
+# removed after a clean run); binaries are rebuilt only when a source changed. The
+# seed corpus in tests/fuzz/corpus/ is read, never written. Exit status: 0
+# when every target ran without a crash, 1 on a crash or build failure, 77
+# (skip) when clang++ is missing. Crash inputs are left in WORKDIR.
+set -euo pipefail
+
+secs=${1:-10}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cxx=${FUZZ_CXX:-clang++}
+
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "SKIP: $cxx not found (install clang and libclang-rt-14-dev)"
+  exit 77
+fi
+
+tmp_work=
+if [ $# -ge 2 ]; then
+  work=$2
+else
+  work=$(mktemp -d)
+  tmp_work=$work
+fi
+mkdir -p "$work"
+
+wire_srcs=("$root"/src/wire/*.cc)
+flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer
+       -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+       -I"$root/src")
+
+# Does $1 need rebuilding from the sources that follow?
+stale() {
+  local bin=$1; shift
+  [ -x "$bin" ] || return 0
+  local f
+  for f in "$@" "$root"/src/wire/*.h; do
+    [ "$f" -nt "$bin" ] && return 0
+  done
+  return 1
+}
+
+targets=(parse_fuzz build_fuzz)
+for t in "${targets[@]}"; do
+  bin=$work/$t
+  if stale "$bin" "$here/$t.cc" "${wire_srcs[@]}"; then
+    echo "fuzz: building $t"
+    if ! "$cxx" "${flags[@]}" -o "$bin.tmp" "$here/$t.cc" "${wire_srcs[@]}" -lisal; then
+      echo "fuzz: FAILED to build $t"
+      exit 1
+    fi
+    mv "$bin.tmp" "$bin"
+  fi
+done
+
+status=0
+for t in "${targets[@]}"; do
+  corpus=$work/corpus_$t
+  mkdir -p "$corpus"
+  log=$work/$t.log
+  echo "fuzz: running $t for ${secs}s"
+  # New inputs go to $corpus (first directory); the seed corpus is read only.
+  if (cd "$work" && "./$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+        -max_len=10000 -print_final_stats=1 -artifact_prefix="$work/$t-" \
+        "$corpus" "$here/corpus") >"$log" 2>&1; then
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+    cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
+    echo "fuzz: $t ok: ${execs:-?} executions, ${cov:-cov: ?}"
+  else
+    echo "fuzz: $t FAILED; log follows (crash input: $work/$t-*)"
+    tail -60 "$log"
+    status=1
+  fi
+done
+if [ $status -eq 0 ] && [ -n "$tmp_work" ]; then
+  rm -rf "$tmp_work"
+fi
+exit $status
