@@ -210,6 +210,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     std::lock_guard<std::mutex> l(q->sq_mu);
     // Posting before RTS is an error (rxe: EINVAL); in ERR the WQEs complete
     // as flushed.
+    // In SQD WQEs may be posted; they start once the QP is back in RTS.
     if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR) {
       rc = EINVAL;
       if (bad) *bad = wr;

@@ -56,6 +56,7 @@ transport::QpAttr to_attr(const ibv_qp_attr& a) {
   t.sq_psn = a.sq_psn;
   t.max_dest_rd_atomic = a.max_dest_rd_atomic;
   t.dest_qpn = a.dest_qp_num;
+  t.en_sqd_async_notify = a.en_sqd_async_notify != 0;
   return t;
 }
 

@@ -302,7 +302,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
 }
 
 void Qp::OnTimer(uint64_t now) {
-  if (attr_.state != QpState::kRts || type_ != QpType::kRc) return;
+  if ((attr_.state != QpState::kRts && attr_.state != QpState::kSqd) || type_ != QpType::kRc) return;
   if (rnr_wait_) {
     if (now >= rnr_resume_ns_) {
       rnr_wait_ = false;

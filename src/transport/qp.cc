@@ -123,6 +123,26 @@ Transition transition(QpType type, QpState cur, QpState next) {
         if (rc) opt |= kAttrMinRnrTimer;
         return {0, opt, true};
       }
+      if (cur == S::kRts && next == S::kSqd) return {0, kAttrEnSqdAsyncNotify, true};
+      break;
+    case S::kSqd:
+      if (next == S::kRts) {
+        if (ud) return {0, kAttrCurState | kAttrQkey, true};
+        uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState;
+        if (rc) opt |= kAttrMinRnrTimer;
+        return {0, opt, true};
+      }
+      if (next == S::kSqd) {
+        // IBA 10.3.1: path and timing attributes may change while drained.
+        if (ud) return {0, kAttrPkeyIndex | kAttrQkey, true};
+        uint32_t opt = kAttrCurState | kAttrAv | kAttrPathMtu | kAttrAccessFlags | kAttrPkeyIndex |
+                       kAttrAltPath | kAttrPathMigState;
+        if (rc) {
+          opt |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic |
+                 kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
+        }
+        return {0, opt, true};
+      }
       break;
     default:
       break;
@@ -201,10 +221,14 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
       ResetQueues();
     } else if (next == QpState::kErr) {
       EnterError();
-    } else if (next == QpState::kRts) {
+    } else if (next == QpState::kRts && cur != QpState::kSqd) {
       retries_left_ = attr_.retry_cnt;
       rnr_retries_left_ = attr_.rnr_retry;
       last_progress_ns_ = env_->NowNs();
+    } else if (next == QpState::kSqd) {
+      // Drain: no new WQE starts; SQ_DRAINED once the outstanding ones are
+      // done, if asked for (IBA 10.3.1, 11.6.3).
+      sqd_notify_ = (mask & kAttrEnSqdAsyncNotify) != 0 && a.en_sqd_async_notify;
     }
   }
   return 0;

@@ -79,6 +79,7 @@ struct QpAttr {
   uint32_t sq_psn = 0;
   uint8_t max_dest_rd_atomic = 1;
   uint32_t dest_qpn = 0;
+  bool en_sqd_async_notify = false;
 };
 
 struct QpCaps {
@@ -287,6 +288,7 @@ class Qp {
   uint16_t udp_sport_ = 0xC000;
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
+  bool sqd_notify_ = false;
 
   // Requester / completer. Ring indices (free-running): sq_comp_ <= sq_send_
   // <= sq_fetched_ <= provider's prod.

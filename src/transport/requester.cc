@@ -319,7 +319,15 @@ bool Qp::PollSend(unsigned budget) {
   // Responses first: they retire the peer's WQEs.
   if (resp_head_ != resp_tail_) more = SendResponses(&budget);
   if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) return more;
-  if (rnr_wait_ || attr_.state == QpState::kSqd) return more;
+  if (rnr_wait_) return more;
+  if (attr_.state == QpState::kSqd && send_pkt_ == 0) {
+    // Drained: a partly sent message is finished, nothing new starts.
+    if (sqd_notify_ && sq_comp_ == sq_send_ && unacked_psn_ == next_psn_) {
+      sqd_notify_ = false;
+      Raise(QpEvent::kSqDrained);
+    }
+    return more;
+  }
   if (type_ != QpType::kUd && !mac_valid_) {
     if (!env_->ResolveMac(dip_, &dmac_)) return true;  // keep polling while ARP resolves
     mac_valid_ = true;

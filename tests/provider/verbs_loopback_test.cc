@@ -853,4 +853,31 @@ TEST_F(Loopback, MemoryWindowsBindAccessAndInvalidate) {
   EXPECT_EQ(ibv_dereg_mr(base), 0);
 }
 
+
+// SQD (IBA 10.3.1): no new WQE starts while drained; SQ_DRAINED is raised
+// when the outstanding ones are done; back in RTS the posted WQEs go out.
+TEST_F(Loopback, SendQueueDrainRaisesSqDrainedAndHoldsNewWork) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_SQD;
+  attr.en_sqd_async_notify = 1;
+  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+  pollfd p{ctx_->async_fd, POLLIN, 0};
+  ASSERT_EQ(poll(&p, 1, 5000), 1);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SQ_DRAINED);
+  EXPECT_EQ(ev.element.qp, a);
+  ibv_ack_async_event(&ev);
+  ASSERT_EQ(PostRecv(b, 1, 4096, 64), 0);
+  ASSERT_EQ(PostSend(a, 2, 0, 64), 0);
+  EXPECT_TRUE(Poll(rcq_, 1, std::chrono::milliseconds(100)).empty());
+  attr.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(a, &attr, IBV_QP_STATE), 0);
+  EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+}
+
 }  // namespace
