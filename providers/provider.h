@@ -78,8 +78,17 @@ struct CqAsync : public cq::CqNotifier {
 };
 
 struct Cq {
-  ibv_cq cq;
+  // ibv_cq is the prefix of ibv_cq_ex; a CQ made by ibv_create_cq_ex is
+  // handed out as &cqx, converted back by ibv_cq_ex_to_cq's cast.
+  union {
+    ibv_cq cq;
+    ibv_cq_ex cqx;
+  };
   engine::CqHandle handle;
+  // Extended polling (ibv_start_poll ... ibv_end_poll).
+  queue::Cqe cur{};
+  uint64_t wc_flags = 0;
+  bool single_threaded = false;
   std::unique_ptr<cq::CqConsumer> consumer;
   std::mutex poll_mu;
   std::atomic<uint32_t> events_reported{0};
@@ -131,6 +140,9 @@ ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type);
 int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 void init_qp_ex_ops(ibv_qp_ex* qpx);
+void init_cq_ex_ops(Cq* cq);
+Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                     int comp_vector);
 bool context_is_ours(ibv_context* c);
 
 void push_async_event(Context* ctx, const ibv_async_event& ev);

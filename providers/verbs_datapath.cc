@@ -1,6 +1,7 @@
 // The verbs fast path: post_send / post_recv write WQEs into the shared rings
 // and ring one doorbell per call; poll_cq reads CQEs without a system call.
 #include <sched.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -529,6 +530,82 @@ void init_qp_ex_ops(ibv_qp_ex* x) {
   x->wr_set_ud_addr = wr_set_ud_addr;
   x->wr_set_xrc_srqn = wr_set_xrc_srqn;
   x->wr_atomic_write = wr_atomic_write;
+}
+
+// ---- extended CQ polling (ibv_start_poll / ibv_next_poll / ibv_end_poll) ----
+// As in rdma-core's providers, the CQ lock is held from start_poll until
+// end_poll (not for CQs created single-threaded).
+
+namespace {
+
+Cq* to_cqx(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
+
+bool take_one(Cq* cq) {
+  if (cq->consumer->Poll(&cq->cur, 1) != 1) return false;
+  cq->cqx.status = static_cast<ibv_wc_status>(cq->cur.status);
+  cq->cqx.wr_id = cq->cur.wr_id;
+  return true;
+}
+
+int cqx_start_poll(ibv_cq_ex* c, ibv_poll_cq_attr* attr) {
+  if (attr == nullptr || attr->comp_mask != 0) return EINVAL;
+  Cq* cq = to_cqx(c);
+  if (!cq->single_threaded) cq->poll_mu.lock();
+  if (take_one(cq)) return 0;
+  if (to_ctx(c->context)->s->engine->TryDrive() && take_one(cq)) return 0;
+  if (!cq->single_threaded) cq->poll_mu.unlock();
+  return ENOENT;  // ibv_end_poll must not be called (ibv_create_cq_ex(3))
+}
+
+int cqx_next_poll(ibv_cq_ex* c) { return take_one(to_cqx(c)) ? 0 : ENOENT; }
+
+void cqx_end_poll(ibv_cq_ex* c) {
+  Cq* cq = to_cqx(c);
+  if (!cq->single_threaded) cq->poll_mu.unlock();
+}
+
+ibv_wc_opcode cqx_read_opcode(ibv_cq_ex* c) { return static_cast<ibv_wc_opcode>(to_cqx(c)->cur.opcode); }
+uint32_t cqx_read_vendor_err(ibv_cq_ex* c) { return to_cqx(c)->cur.vendor_err; }
+uint32_t cqx_read_byte_len(ibv_cq_ex* c) { return to_cqx(c)->cur.byte_len; }
+__be32 cqx_read_imm_data(ibv_cq_ex* c) { return to_cqx(c)->cur.imm_data; }
+uint32_t cqx_read_qp_num(ibv_cq_ex* c) { return to_cqx(c)->cur.qp_num; }
+uint32_t cqx_read_src_qp(ibv_cq_ex* c) { return to_cqx(c)->cur.src_qp; }
+unsigned int cqx_read_wc_flags(ibv_cq_ex* c) { return to_cqx(c)->cur.wc_flags; }
+uint32_t cqx_read_slid(ibv_cq_ex* c) { return to_cqx(c)->cur.slid; }
+uint8_t cqx_read_sl(ibv_cq_ex* c) { return to_cqx(c)->cur.sl; }
+uint8_t cqx_read_dlid_path_bits(ibv_cq_ex* c) { return to_cqx(c)->cur.dlid_path_bits; }
+uint64_t cqx_read_completion_ts(ibv_cq_ex* c) { return to_cqx(c)->cur.timestamp_ns; }
+uint64_t cqx_read_completion_wallclock_ns(ibv_cq_ex* c) {
+  // The engine stamps CLOCK_MONOTONIC; convert with the current offset.
+  timespec mono, real;
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_REALTIME, &real);
+  const int64_t offset = (int64_t{real.tv_sec} - mono.tv_sec) * 1'000'000'000 + (real.tv_nsec - mono.tv_nsec);
+  return static_cast<uint64_t>(static_cast<int64_t>(to_cqx(c)->cur.timestamp_ns) + offset);
+}
+
+}  // namespace
+
+void init_cq_ex_ops(Cq* cq) {
+  ibv_cq_ex& x = cq->cqx;
+  x.start_poll = cqx_start_poll;
+  x.next_poll = cqx_next_poll;
+  x.end_poll = cqx_end_poll;
+  x.read_opcode = cqx_read_opcode;
+  x.read_vendor_err = cqx_read_vendor_err;
+  // Only what was asked for at creation is readable (ibv_create_cq_ex(3)).
+  if (cq->wc_flags & IBV_WC_EX_WITH_BYTE_LEN) x.read_byte_len = cqx_read_byte_len;
+  if (cq->wc_flags & IBV_WC_EX_WITH_IMM) x.read_imm_data = cqx_read_imm_data;
+  if (cq->wc_flags & IBV_WC_EX_WITH_QP_NUM) x.read_qp_num = cqx_read_qp_num;
+  if (cq->wc_flags & IBV_WC_EX_WITH_SRC_QP) x.read_src_qp = cqx_read_src_qp;
+  x.read_wc_flags = cqx_read_wc_flags;
+  if (cq->wc_flags & IBV_WC_EX_WITH_SLID) x.read_slid = cqx_read_slid;
+  if (cq->wc_flags & IBV_WC_EX_WITH_SL) x.read_sl = cqx_read_sl;
+  if (cq->wc_flags & IBV_WC_EX_WITH_DLID_PATH_BITS) x.read_dlid_path_bits = cqx_read_dlid_path_bits;
+  if (cq->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) x.read_completion_ts = cqx_read_completion_ts;
+  if (cq->wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) {
+    x.read_completion_wallclock_ns = cqx_read_completion_wallclock_ns;
+  }
 }
 
 ibv_mw* alloc_mw(ibv_pd* pd, ibv_mw_type type) {

@@ -122,6 +122,9 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   if (!is_ours(c) || attr == nullptr || len < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex a{};
   fill_device_attr(to_ctx(c)->s->engine->port(), &a.orig_attr);
+  // Completion timestamps are nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock.
+  a.completion_timestamp_mask = ~uint64_t{0};
+  a.hca_core_clock = 1'000'000;  // kHz
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
   return 0;
 }
@@ -133,6 +136,7 @@ ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
 
 bool context_is_ours(ibv_context* c) { return is_ours(c); }
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
+ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 
 void push_async_event(Context* ctx, const ibv_async_event& ev) {
   {
@@ -231,6 +235,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.query_port = query_port_ex;
   v.query_device_ex = query_device_ex;
   v.create_qp_ex = create_qp_ex_op;
+  v.create_cq_ex = create_cq_ex_impl;
   return &c;
 }
 

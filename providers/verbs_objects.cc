@@ -212,6 +212,74 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   return &q;
 }
 
+Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                     int comp_vector) {
+  if (!context_is_ours(context) || cqe <= 0 || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* cq = new Cq();
+  std::memset(&cq->cqx, 0, sizeof(cq->cqx));
+  droce::cq::CqNotifier* notifier = &cq->async_notifier;
+  if (channel != nullptr) notifier = &reinterpret_cast<Channel*>(channel)->notifier;
+  auto h = to_ctx(context)->s->engine->CreateCq(static_cast<uint32_t>(cqe), notifier,
+                                                reinterpret_cast<uint64_t>(cq));
+  if (!h.ok()) {
+    delete cq;
+    errno = status_errno(h.status());
+    return nullptr;
+  }
+  if (channel != nullptr) {
+    Channel* ch = reinterpret_cast<Channel*>(channel);
+    std::lock_guard<std::mutex> l(ch->mu);
+    ++channel->refcnt;
+  }
+  cq->handle = *h;
+  cq->consumer = std::make_unique<droce::cq::CqConsumer>(h->region);
+  cq->cq.context = context;
+  cq->cq.channel = channel;
+  cq->cq.cq_context = cq_context;
+  cq->cq.handle = h->id;
+  cq->cq.cqe = static_cast<int>(h->region->capacity());
+  pthread_mutex_init(&cq->cq.mutex, nullptr);
+  pthread_cond_init(&cq->cq.cond, nullptr);
+  cq->cq.comp_events_completed = 0;
+  cq->cq.async_events_completed = 0;
+  return cq;
+}
+
+// ibv_create_cq_ex (through verbs_context): the standard completion fields,
+// plus completion timestamps (nanoseconds; hca_core_clock is 1 GHz).
+ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr) {
+  if (attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  constexpr uint64_t kSupported = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+  if ((attr->wc_flags & ~kSupported) || (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS})) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
+  if (flags & ~uint32_t{IBV_CREATE_CQ_ATTR_SINGLE_THREADED}) {
+    errno = EOPNOTSUPP;  // IGNORE_OVERRUN: droce never drops completions silently
+    return nullptr;
+  }
+  if (attr->cqe == 0 || attr->cqe > static_cast<uint32_t>(engine::Limits::kMaxCqe)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Cq* cq = create_cq_common(c, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
+                            static_cast<int>(attr->comp_vector));
+  if (cq == nullptr) return nullptr;
+  cq->wc_flags = attr->wc_flags;
+  cq->single_threaded = flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+  init_cq_ex_ops(cq);
+  return &cq->cqx;
+}
+
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
   if (attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
     errno = EINVAL;
@@ -330,41 +398,20 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                       int comp_vector) {
-  if (!context_is_ours(context) || cqe <= 0 || comp_vector < 0 ||
-      comp_vector >= context->num_comp_vectors) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  auto* cq = new Cq();
-  droce::cq::CqNotifier* notifier = &cq->async_notifier;
-  if (channel != nullptr) {
-    Channel* ch = reinterpret_cast<Channel*>(channel);
-    notifier = &ch->notifier;
-  }
-  auto h = to_ctx(context)->s->engine->CreateCq(static_cast<uint32_t>(cqe), notifier,
-                                                reinterpret_cast<uint64_t>(cq));
-  if (!h.ok()) {
-    delete cq;
-    errno = status_errno(h.status());
-    return nullptr;
-  }
-  if (channel != nullptr) {
-    Channel* ch = reinterpret_cast<Channel*>(channel);
-    std::lock_guard<std::mutex> l(ch->mu);
-    ++channel->refcnt;
-  }
-  cq->handle = *h;
-  cq->consumer = std::make_unique<droce::cq::CqConsumer>(h->region);
-  cq->cq.context = context;
-  cq->cq.channel = channel;
-  cq->cq.cq_context = cq_context;
-  cq->cq.handle = h->id;
-  cq->cq.cqe = static_cast<int>(h->region->capacity());
-  pthread_mutex_init(&cq->cq.mutex, nullptr);
-  pthread_cond_init(&cq->cq.cond, nullptr);
-  cq->cq.comp_events_completed = 0;
-  cq->cq.async_events_completed = 0;
-  return &cq->cq;
+  Cq* cq = create_cq_common(context, cqe, cq_context, channel, comp_vector);
+  return cq != nullptr ? &cq->cq : nullptr;
+}
+
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (cq == nullptr || cqe <= 0) return EINVAL;
+  Cq* c = to_cq(cq);
+  std::lock_guard<std::mutex> l(c->poll_mu);  // the consumer is idle while the ring moves
+  auto region = to_ctx(cq->context)->s->engine->ResizeCq(c->handle.id, static_cast<uint32_t>(cqe));
+  if (!region.ok()) return status_errno(region.status());
+  c->handle.region = *region;
+  c->consumer = std::make_unique<droce::cq::CqConsumer>(*region);
+  cq->cqe = static_cast<int>((*region)->capacity());
+  return 0;
 }
 
 int ibv_destroy_cq(ibv_cq* cq) {

@@ -42,6 +42,20 @@ bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
   return true;
 }
 
+bool CqProducer::MoveTo(CqRegion* region) {
+  const uint32_t cons = ring_.load_cons_acquire();
+  const uint32_t pending = prod_ - cons;
+  queue::Ring next = region->ring();
+  if (pending > next.size()) return false;
+  for (uint32_t i = 0; i < pending; ++i) std::memcpy(next.slot(i), ring_.slot(cons + i), sizeof(queue::Cqe));
+  next.publish_prod(pending);
+  region->control()->arm.store(ctl_->arm.load(std::memory_order_acquire), std::memory_order_release);
+  ring_ = next;
+  ctl_ = region->control();
+  prod_ = pending;
+  return true;
+}
+
 int CqConsumer::Poll(queue::Cqe* out, int n) {
   uint32_t cons = ring_.load_cons_relaxed();
   const uint32_t prod = ring_.load_prod_acquire();

@@ -70,6 +70,10 @@ class CqProducer {
   bool Push(const queue::Cqe& cqe, bool solicited);
 
   bool full() const { return prod_ - ring_.load_cons_acquire() >= ring_.size(); }
+  // Moves to a new region (ibv_resize_cq), carrying over the completions not
+  // yet polled and the arm state. The consumer must be idle meanwhile.
+  // Returns false if they do not fit.
+  bool MoveTo(CqRegion* region);
   uint64_t cookie() const { return cookie_; }
 
  private:

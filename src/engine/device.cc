@@ -222,6 +222,27 @@ absl::Status Device::DestroyCq(uint32_t id) {
   return s;
 }
 
+absl::StatusOr<cq::CqRegion*> Device::ResizeCq(uint32_t id, uint32_t min_cqe) {
+  if (min_cqe == 0 || min_cqe > Limits::kMaxCqe) return absl::InvalidArgumentError("cqe out of range");
+  auto region = cq::CqRegion::Create(min_cqe);
+  if (!region.ok()) return region.status();
+  absl::StatusOr<cq::CqRegion*> r = absl::NotFoundError("no such CQ");
+  RunOnWorker([&] {
+    auto it = cqs_.find(id);
+    if (it == cqs_.end()) return;
+    if (!it->second.producer->MoveTo(region->get())) {
+      r = absl::InvalidArgumentError("more completions pending than the new size holds");
+      return;
+    }
+    // The old region stays mapped until the CQ is destroyed: the consumer
+    // may still hold a view of it until it switches.
+    it->second.retired.push_back(std::move(it->second.region));
+    it->second.region = std::move(*region);
+    r = it->second.region.get();
+  });
+  return r;
+}
+
 absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   if (a.max_send_wr > Limits::kMaxQpWr || a.max_recv_wr > Limits::kMaxQpWr ||
       a.max_send_sge > Limits::kMaxSge || a.max_recv_sge > Limits::kMaxSge ||

@@ -119,6 +119,9 @@ class Device : public transport::TransportEnv {
   absl::Status DeallocMw(uint32_t rkey);
   absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie);
   absl::Status DestroyCq(uint32_t id);
+  // Replaces the CQ's region with one of at least min_cqe entries; the caller
+  // holds the consumer idle and switches it to the returned region.
+  absl::StatusOr<cq::CqRegion*> ResizeCq(uint32_t id, uint32_t min_cqe);
   absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args);
   // Returns 0 or an errno.
   int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
@@ -179,6 +182,7 @@ class Device : public transport::TransportEnv {
   };
   struct CqEntry {
     std::unique_ptr<cq::CqRegion> region;
+    std::vector<std::unique_ptr<cq::CqRegion>> retired;  // regions before ibv_resize_cq
     std::unique_ptr<cq::CqProducer> producer;
     uint32_t users = 0;
   };

@@ -85,7 +85,7 @@ struct Cqe {
   uint16_t slid;
   uint16_t pkey_index;
   uint32_t vendor_err;
-  uint64_t reserved;
+  uint64_t timestamp_ns;  // when the engine entered it (CLOCK_MONOTONIC)
 };
 static_assert(sizeof(Cqe) == 48);
 

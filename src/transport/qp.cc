@@ -315,7 +315,9 @@ void Qp::OnRecvDoorbell() {
   rq_.publish_cons(rq_cons_);
 }
 
-bool Qp::PushSendCqe(const queue::Cqe& cqe) {
+bool Qp::PushSendCqe(const queue::Cqe& in) {
+  queue::Cqe cqe = in;
+  cqe.timestamp_ns = env_->NowNs();
   if (send_cq_->Push(cqe, false)) return true;
   // A completion that cannot be entered is never dropped silently: the CQ
   // raised CQ_ERR, and the QP goes to error with QP_FATAL (IBA 11.6.2).
@@ -327,7 +329,9 @@ bool Qp::PushSendCqe(const queue::Cqe& cqe) {
   return false;
 }
 
-bool Qp::PushRecvCqe(const queue::Cqe& cqe, bool solicited) {
+bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
+  queue::Cqe cqe = in;
+  cqe.timestamp_ns = env_->NowNs();
   if (recv_cq_->Push(cqe, solicited)) return true;
   ++env_->Stats().cq_overflow;
   if (attr_.state != QpState::kErr) {

@@ -880,4 +880,68 @@ TEST_F(Loopback, SendQueueDrainRaisesSqDrainedAndHoldsNewWork) {
   EXPECT_EQ(Poll(scq_, 1).size(), 1u);
 }
 
+
+// The extended CQ: start/next/end polling, the fields asked for, completion
+// timestamps that grow; ibv_resize_cq keeps completions not yet polled.
+TEST_F(Loopback, ExtendedCqPollingTimestampsAndResize) {
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 8;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cqx, nullptr);
+  ibv_cq* cq = ibv_cq_ex_to_cq(cqx);
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, cq);
+  Connect(a, b);
+  ibv_poll_cq_attr pa{};
+  EXPECT_EQ(ibv_start_poll(cqx, &pa), ENOENT);  // empty: no ibv_end_poll
+  for (int i = 0; i < 6; ++i) ASSERT_EQ(PostRecv(b, 100 + i, 4096 + i * 128, 128), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(a, i, 0, 10 + i), 0);
+  ASSERT_EQ(Poll(scq_, 3).size(), 3u);
+  // Grow the CQ while three completions wait in it; none may be lost.
+  usleep(20000);
+  ASSERT_EQ(ibv_resize_cq(cq, 100), 0);
+  EXPECT_GE(cq->cqe, 100);
+  for (int i = 3; i < 6; ++i) ASSERT_EQ(PostSend(a, i, 0, 10 + i), 0);
+  ASSERT_EQ(Poll(scq_, 3).size(), 3u);
+  usleep(20000);
+  std::vector<uint64_t> ids;
+  uint64_t last_ts = 0;
+  int rc = ibv_start_poll(cqx, &pa);
+  ASSERT_EQ(rc, 0);
+  while (rc == 0) {
+    EXPECT_EQ(cqx->status, IBV_WC_SUCCESS);
+    EXPECT_EQ(ibv_wc_read_opcode(cqx), IBV_WC_RECV);
+    EXPECT_EQ(ibv_wc_read_qp_num(cqx), b->qp_num);
+    EXPECT_EQ(ibv_wc_read_byte_len(cqx), 10 + (cqx->wr_id - 100));
+    const uint64_t ts = ibv_wc_read_completion_ts(cqx);
+    EXPECT_GE(ts, last_ts);
+    last_ts = ts;
+    ids.push_back(cqx->wr_id);
+    rc = ibv_next_poll(cqx);
+  }
+  EXPECT_EQ(rc, ENOENT);
+  ibv_end_poll(cqx);
+  ASSERT_EQ(ids.size(), 6u);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(ids[i], 100u + i);
+  ibv_device_attr_ex dx{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
+  EXPECT_EQ(dx.hca_core_clock, 1000000u);
+  // Shrinking below what is pending is refused.
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(b, 200 + i, 4096, 128), 0);
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(PostSend(a, 10 + i, 0, 8), 0);
+  ASSERT_EQ(Poll(scq_, 4).size(), 4u);
+  usleep(20000);
+  EXPECT_EQ(ibv_resize_cq(cq, 2), EINVAL);
+  Drain(cq);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.pop_back();
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  // Unsupported extended fields are refused at creation.
+  ca.wc_flags = IBV_WC_EX_WITH_FLOW_TAG;
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &ca), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
 }  // namespace

@@ -60,7 +60,7 @@ Cqe MakeCqe(uint64_t seq) {
   c.slid = static_cast<uint16_t>(seq);
   c.pkey_index = static_cast<uint16_t>(seq >> 16);
   c.vendor_err = static_cast<uint32_t>(seq >> 32);
-  c.reserved = ~seq;
+  c.timestamp_ns = ~seq;
   return c;
 }
 Cqe WithStatus(uint64_t seq, uint8_t status) {
