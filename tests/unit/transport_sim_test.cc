@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <deque>
+#include <map>
 #include <random>
 
 #include "cq/cq.h"
@@ -137,11 +138,23 @@ struct Endpoint {
   }
 };
 
+// The link: every frame may be lost, duplicated, corrupted (one byte
+// flipped: the ICRC must catch it) or delayed by a random jitter, which also
+// reorders frames. Time is virtual; a seed makes a run reproducible.
+struct LinkFaults {
+  double loss = 0, dup = 0, corrupt = 0, reorder = 0;
+};
+
 class SimNet {
  public:
-  SimNet(double loss, double dup, uint32_t seed) : loss_(loss), dup_(dup), rng_(seed) {}
+  SimNet(double loss, double dup, uint32_t seed) : rng_(seed) {
+    faults_.loss = loss;
+    faults_.dup = dup;
+  }
+  SimNet(LinkFaults f, uint32_t seed) : faults_(f), rng_(seed) {}
   std::deque<SimFrame> wire;
   uint64_t clock = 1'000'000;
+  uint64_t corrupted_caught = 0;
 
   // Runs until `done` or the virtual-time limit; returns false on timeout.
   template <typename Done>
@@ -151,19 +164,38 @@ class SimNet {
       if (clock > limit_ns) return false;
       a.qp->PollSend(16);
       b.qp->PollSend(16);
-      bool moved = !wire.empty();
-      size_t n = wire.size();
-      for (size_t i = 0; i < n; ++i) {
+      // Frames just sent enter the link with a delivery time.
+      while (!wire.empty()) {
         SimFrame f = std::move(wire.front());
         wire.pop_front();
-        if (u(rng_) < loss_) continue;
-        if (u(rng_) < dup_) wire.push_back(f);
+        if (u(rng_) < faults_.loss) continue;
+        const uint64_t jitter = u(rng_) < faults_.reorder ? 1000 + rng_() % 20000 : 0;
+        if (u(rng_) < faults_.dup) in_flight_.emplace(clock + 1000 + rng_() % 5000, f);
+        in_flight_.emplace(clock + 1000 + jitter, std::move(f));
+      }
+      bool moved = false;
+      while (!in_flight_.empty() && in_flight_.begin()->first <= clock) {
+        SimFrame f = std::move(in_flight_.begin()->second);
+        in_flight_.erase(in_flight_.begin());
+        moved = true;
+        const bool corrupt = u(rng_) < faults_.corrupt;
+        if (corrupt) f.bytes[14 + rng_() % (f.bytes.size() - 14)] ^= static_cast<uint8_t>(1 + rng_() % 255);
         wire::PacketView v;
-        ASSERT_EQ_OR_FAIL(wire::parse_frame(f.bytes, &v));
+        const wire::ParseError e = wire::parse_frame(f.bytes, &v);
+        if (corrupt) {
+          if (e != wire::ParseError::kOk) {
+            ++corrupted_caught;
+            continue;
+          }
+        } else {
+          EXPECT_EQ(e, wire::ParseError::kOk) << wire::parse_error_name(e);
+          if (e != wire::ParseError::kOk) continue;
+        }
+        if (v.bth.dqpn != a.qp->qpn() && v.bth.dqpn != b.qp->qpn()) continue;  // a corrupted QPN
         Endpoint& dst = v.bth.dqpn == a.qp->qpn() ? a : b;
         dst.qp->OnPacket(v);
       }
-      clock += moved ? 1000 : 100'000;
+      clock += (moved || !in_flight_.empty()) ? 1000 : 100'000;
       a.qp->OnTimer(clock);
       b.qp->OnTimer(clock);
     }
@@ -171,15 +203,22 @@ class SimNet {
   }
 
  private:
-  static void ASSERT_EQ_OR_FAIL(wire::ParseError e) {
-    EXPECT_EQ(e, wire::ParseError::kOk) << wire::parse_error_name(e);
-  }
-  double loss_, dup_;
+  LinkFaults faults_;
   std::mt19937 rng_;
+  std::multimap<uint64_t, SimFrame> in_flight_;
 };
 
+void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed);
 void Transfer(double loss, double dup, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed) {
-  SimNet net(loss, dup, seed);
+  LinkFaults f;
+  f.loss = loss;
+  f.dup = dup;
+  TransferWith(f, mtu, msg_len, nmsgs, seed);
+}
+
+void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed) {
+  const double loss = faults.loss, dup = faults.dup;
+  SimNet net(faults, seed);
   Endpoint a, b;
   const uint32_t ipa = 0x0A000001, ipb = 0x0A000002;
   a.Init(&net.wire, &net.clock, 0x11, ipa, 64, 256, size_t{msg_len} * 2);
@@ -239,8 +278,14 @@ std::string Dump(const Counters& c) {
 // RDMA WRITE, READ and atomics under loss and duplication: data lands
 // exactly, READs that lose responses are reissued for the missing part, and a
 // duplicated atomic is never executed twice.
-void RdmaOps(double loss, double dup, uint8_t mtu, uint32_t len, int rounds, uint32_t seed) {
-  SimNet net(loss, dup, seed);
+void RdmaOps(double loss, double dup, uint8_t mtu, uint32_t len, int rounds, uint32_t seed,
+             double reorder = 0, double corrupt = 0) {
+  LinkFaults faults;
+  faults.loss = loss;
+  faults.dup = dup;
+  faults.reorder = reorder;
+  faults.corrupt = corrupt;
+  SimNet net(faults, seed);
   Endpoint a, b;
   a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 64, 256, size_t{len} * 3 + 72);
   b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 64, 256, size_t{len} * 3 + 72);
@@ -288,7 +333,7 @@ TEST(TransportSim, RdmaManySeeds) {
   for (uint32_t seed = 100; seed < 300; ++seed) {
     SCOPED_TRACE(seed);
     RdmaOps(0.02 + (seed % 5) * 0.01, (seed % 3) * 0.04, static_cast<uint8_t>(1 + seed % 5),
-            1000 + (seed * 7919) % 30000, 6, seed);
+            1000 + (seed * 7919) % 30000, 6, seed, /*reorder=*/(seed % 2) * 0.05, /*corrupt=*/0.01);
     if (HasFatalFailure()) return;
   }
 }
@@ -299,6 +344,24 @@ TEST(TransportSim, SendManySeeds) {
     Transfer(0.02 + (seed % 4) * 0.01, (seed % 3) * 0.04, static_cast<uint8_t>(1 + seed % 5),
              1 + (seed * 7919) % 20000, 10, seed);
     if (HasFatalFailure()) return;
+  }
+}
+
+// Everything at once: 1% and 10% loss with reordering, duplication and
+// corruption; every byte and completion checked. A failing seed is in the
+// trace so it can be replayed.
+TEST(TransportSim, HostileLinkManySeeds) {
+  for (double loss : {0.0, 0.01, 0.10}) {
+    for (uint32_t seed = 3000; seed < 3040; ++seed) {
+      SCOPED_TRACE(testing::Message() << "loss " << loss << " seed " << seed);
+      LinkFaults f;
+      f.loss = loss;
+      f.dup = 0.02;
+      f.reorder = 0.05;
+      f.corrupt = 0.01;
+      TransferWith(f, static_cast<uint8_t>(1 + seed % 5), 1 + (seed * 7919) % 12000, 12, seed);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 
