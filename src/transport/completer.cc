@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sge.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -112,24 +113,9 @@ void Qp::GoBackTo(uint32_t psn) {
 bool Qp::ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32_t len) {
   const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
   const queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
-  uint32_t done = 0;
-  for (unsigned i = 0; i < ctx.wqe.num_sge && done < len; ++i) {
-    const queue::Sge& s = sges[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(s.length - offset, len - done);
-    uint8_t* host = nullptr;
-    if (env_->Mrs().Check(s.lkey, pd_, s.addr + offset, n, mem::kLocalWrite, &host) !=
-        mem::AccessError::kOk) {
-      return false;
-    }
-    std::memcpy(host, src + done, n);
-    done += n;
-    offset = 0;
-  }
-  return done == len;
+  return WalkSges(env_->Mrs(), pd_, sges, ctx.wqe.num_sge, offset, len, mem::kLocalWrite,
+                  [&](uint8_t* host, uint32_t done, uint32_t n) { std::memcpy(host, src + done, n); }) ==
+         SgeResult::kOk;
 }
 
 void Qp::OnReadResponse(const wire::PacketView& pkt) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sge.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -147,25 +148,14 @@ uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t
     return len;
   }
   const queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
-  uint32_t done = 0;
-  for (unsigned i = 0; i < ctx.wqe.num_sge && done < len; ++i) {
-    const queue::Sge& s = sges[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(s.length - offset, len - done);
-    uint8_t* host = nullptr;
-    // Checked on every use: the MR may have been deregistered since posting.
-    if (env_->Mrs().Check(s.lkey, pd_, s.addr + offset, n, 0, &host) != mem::AccessError::kOk) {
-      *prot_err = true;
-      return done;
-    }
-    std::memcpy(dst + done, host, n);
-    done += n;
-    offset = 0;
-  }
-  return done;
+  uint32_t copied = 0;
+  const SgeResult r = WalkSges(env_->Mrs(), pd_, sges, ctx.wqe.num_sge, offset, len, 0,
+                               [&](const uint8_t* host, uint32_t done, uint32_t n) {
+                                 std::memcpy(dst + done, host, n);
+                                 copied = done + n;
+                               });
+  if (r == SgeResult::kAccess) *prot_err = true;
+  return copied;
 }
 
 // The WQE at the head failed locally: complete it with `status`, error the QP.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "transport/qp.h"
+#include "transport/sge.h"
 #include "wire/psn.h"
 
 namespace droce::transport {
@@ -86,26 +87,14 @@ bool Qp::TakeRecvWqe(bool* bad) {
 
 // Places `len` bytes at the receive WQE's current offset.
 bool Qp::Scatter(const uint8_t* src, uint32_t len, uint8_t* status) {
-  uint32_t offset = recv_.offset;
-  uint32_t done = 0;
-  for (unsigned i = 0; i < recv_.wqe.num_sge && done < len; ++i) {
-    const queue::Sge& s = recv_sge_[i];
-    if (offset >= s.length) {
-      offset -= s.length;
-      continue;
-    }
-    const uint32_t n = std::min(s.length - offset, len - done);
-    uint8_t* host = nullptr;
-    if (env_->Mrs().Check(s.lkey, pd_, s.addr + offset, n, mem::kLocalWrite, &host) !=
-        mem::AccessError::kOk) {
-      *status = queue::wc::kLocProtErr;
-      return false;
-    }
-    std::memcpy(host, src + done, n);
-    done += n;
-    offset = 0;
+  const SgeResult r = WalkSges(env_->Mrs(), pd_, recv_sge_.data(), recv_.wqe.num_sge, recv_.offset, len,
+                               mem::kLocalWrite,
+                               [&](uint8_t* host, uint32_t done, uint32_t n) { std::memcpy(host, src + done, n); });
+  if (r == SgeResult::kAccess) {
+    *status = queue::wc::kLocProtErr;
+    return false;
   }
-  if (done < len) {
+  if (r == SgeResult::kShort) {
     *status = queue::wc::kLocLenErr;  // the message is longer than the buffers
     return false;
   }
