@@ -9,6 +9,8 @@ packages=(
   build-essential g++ meson ninja-build pkg-config
   # DPDK (headers, runtime, the memif and ring PMDs droce uses for links)
   libdpdk-dev dpdk librte-net-memif23 librte-net-ring23
+  # links on kernel interfaces and capture files (docs/CONFIG.md)
+  librte-net-af-packet23 librte-net-af-xdp23 librte-net-pcap23 librte-net-tap23
   # verbs API headers and the unmodified example programs used in tests
   libibverbs-dev ibverbs-utils perftest
   # libraries
@@ -16,7 +18,9 @@ packages=(
   # tests and benchmarks (clang + its runtimes for the libFuzzer run, tests/fuzz)
   libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # tools used by the scripts and tests
-  iproute2 procps
+  iproute2 procps iputils-ping tcpdump
+  # bench/run: dpdk-testpmd (the raw-DPDK ceiling) and the kernel TCP baselines
+  dpdk-dev sockperf iperf3
 )
 
 missing=()

@@ -1,5 +1,7 @@
-// ARP (RFC 826) for the device's IPv4 address: answer requests, resolve
-// destinations, learn from what we see.
+// ARP (RFC 826) for the device's IPv4 address: answer requests, resolve next
+// hops (the destination on the subnet, else the configured gateway), learn
+// from what we see, expire what is no longer confirmed, and announce the
+// address with a gratuitous ARP when the port comes up.
 #include <cstring>
 
 #include <rte_mbuf.h>
@@ -11,28 +13,85 @@ namespace droce::engine {
 namespace {
 
 constexpr unsigned kArpLen = 28;
-constexpr uint64_t kArpRetryNs = 100'000'000;  // re-ask every 100 ms while unresolved
+// While unresolved: a broadcast request every 100 ms for as long as someone
+// asks (the requester polls ResolveMac; its QP keeps its WQEs meanwhile).
+constexpr uint64_t kArpRetryNs = 100'000'000;
+// A confirmed entry is used without question this long (Linux's
+// base_reachable_time is 30 s, randomised to 15–45 s; rxe uses the kernel's).
+constexpr uint64_t kArpReachableNs = 60'000'000'000;
+// After that it is still used, but re-probed with a unicast request once a
+// second; three unanswered probes drop it and resolution starts afresh.
+constexpr uint64_t kArpProbeNs = 1'000'000'000;
+constexpr uint8_t kArpMaxProbes = 3;
 const wire::MacAddr kBroadcast = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
 
 }  // namespace
+
+uint32_t Device::NextHop(uint32_t dip) const {
+  if (gateway_ == 0 || (dip & subnet_mask_) == (port_.ip & subnet_mask_)) return dip;
+  return gateway_;
+}
 
 bool Device::ResolveMac(uint32_t dip, wire::MacAddr* mac) {
   if (dip == port_.ip) {
     *mac = port_.mac;  // loopback: the link brings our own frames back
     return true;
   }
-  Neighbor& n = neighbors_[dip];
-  if (n.valid) {
-    *mac = n.mac;
-    return true;
-  }
+  const uint32_t hop = NextHop(dip);
+  ArpEntry& n = arp_[hop];
   const uint64_t now = NowNs();
+  if (n.valid) {
+    if (now - n.confirmed_ns >= kArpReachableNs && now - n.requested_ns >= kArpProbeNs) {
+      if (n.probes >= kArpMaxProbes) {
+        n.valid = false;  // gone: resolve again from scratch (below)
+        n.probes = 0;
+        n.requested_ns = 0;
+      } else {
+        // Refresh: ask the known MAC directly, keep using it meanwhile.
+        ++n.probes;
+        n.requested_ns = now;
+        SendArp(1, n.mac, hop);
+        ++stats_.arp_requests;
+      }
+    }
+    if (n.valid) {
+      *mac = n.mac;
+      return true;
+    }
+  }
   if (n.requested_ns == 0 || now - n.requested_ns >= kArpRetryNs) {
     n.requested_ns = now;
-    SendArp(1, wire::MacAddr{}, dip);
+    SendArp(1, wire::MacAddr{}, hop);
     ++stats_.arp_requests;
   }
   return false;
+}
+
+void Device::LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create) {
+  if (ip == 0 || ip == port_.ip || (mac[0] & 1) != 0) return;  // no multicast/broadcast MACs
+  ArpEntry* n;
+  if (create) {
+    n = &arp_[ip];
+  } else {
+    auto it = arp_.find(ip);
+    if (it == arp_.end()) return;
+    n = &it->second;
+  }
+  const bool was_valid = n->valid;
+  const bool moved = was_valid && n->mac != mac;
+  n->mac = mac;
+  n->valid = true;
+  n->probes = 0;
+  // The loop's last timer tick is recent enough and cheaper than reading the
+  // clock for every received packet.
+  n->confirmed_ns = last_timer_ns_ != 0 ? last_timer_ns_ : NowNs();
+  if (!was_valid || moved) {
+    // A resolved neighbour unblocks every requester waiting on it (cold path).
+    for (auto& [qpn, e] : qps_) {
+      (void)qpn;
+      Activate(e.get());
+    }
+  }
 }
 
 void Device::SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
@@ -41,7 +100,9 @@ void Device::SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
   if (!AllocFrame(len, &f)) return;
   uint8_t* p = f.data;
   std::memset(p, 0, len);
-  std::memcpy(p, op == 1 ? kBroadcast.data() : tha.data(), 6);
+  // Requests go to the broadcast address unless they probe a known MAC.
+  const bool unicast = op == 2 || tha != wire::MacAddr{};
+  std::memcpy(p, unicast ? tha.data() : kBroadcast.data(), 6);
   std::memcpy(p + 6, port_.mac.data(), 6);
   wire::store_be16(p + 12, wire::kEtherTypeArp);
   uint8_t* a = p + wire::kEthLen;
@@ -52,33 +113,43 @@ void Device::SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
   wire::store_be16(a + 6, op);
   std::memcpy(a + 8, port_.mac.data(), 6);
   wire::store_be32(a + 14, port_.ip);
-  std::memcpy(a + 18, tha.data(), 6);
+  // A request's target hardware address is left zero (RFC 5227 probes do the
+  // same), also when it is sent unicast.
+  if (op == 2) std::memcpy(a + 18, tha.data(), 6);
   wire::store_be32(a + 24, tip);
   SendFrame(f, len);
 }
 
+void Device::SendGratuitousArp() {
+  // RFC 5227 announcement: a request for our own address, sender = target.
+  // Neighbours that already have an entry for the address update it; the
+  // kernel does not create new entries from it unless arp_accept is set.
+  SendArp(1, wire::MacAddr{}, port_.ip);
+}
+
 void Device::HandleArp(const uint8_t* f, size_t len) {
-  if (len < wire::kEthLen + kArpLen) return;
-  const uint8_t* a = f + wire::kEthLen;
+  // f points at the Ethernet header; a VLAN tag, if any, is skipped here.
+  size_t off = wire::kEthLen;
+  if (len >= wire::kEthLen + wire::kVlanLen && wire::load_be16(f + 12) == wire::kEtherTypeVlan) {
+    off += wire::kVlanLen;
+  }
+  if (len < off + kArpLen) return;
+  const uint8_t* a = f + off;
   if (wire::load_be16(a) != 1 || wire::load_be16(a + 2) != 0x0800 || a[4] != 6 || a[5] != 4) return;
   const uint16_t op = wire::load_be16(a + 6);
+  if (op != 1 && op != 2) return;
   wire::MacAddr sha;
   std::memcpy(sha.data(), a + 8, 6);
   const uint32_t spa = wire::load_be32(a + 14);
   const uint32_t tpa = wire::load_be32(a + 24);
+  if (spa == port_.ip) return;  // our own announcement, or someone claiming our address
+  // RFC 826: a sender we know is updated whatever the target (this is how a
+  // gratuitous ARP moves an address); one addressed to us is added.
+  LearnNeighbor(spa, sha, /*create=*/tpa == port_.ip);
   if (tpa != port_.ip) return;
-  // RFC 826: a packet addressed to us updates (or adds) the sender's entry.
-  Neighbor& n = neighbors_[spa];
-  n.mac = sha;
-  n.valid = true;
   if (op == 1) {
     SendArp(2, sha, spa);
     ++stats_.arp_replies;
-  }
-  // A resolved neighbour unblocks every requester waiting on it.
-  for (auto& [qpn, e] : qps_) {
-    (void)qpn;
-    Activate(e.get());
   }
 }
 

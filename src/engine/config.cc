@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,28 @@ absl::Status ParseIpv4Prefix(const std::string& s, uint32_t* ip, uint8_t* prefix
   return absl::OkStatus();
 }
 
+absl::Status ParseIpv6Prefix(const std::string& s, wire::Ipv6Addr* ip, uint8_t* prefix_len) {
+  std::string addr = s;
+  *prefix_len = 64;
+  if (auto slash = s.find('/'); slash != std::string::npos) {
+    addr = s.substr(0, slash);
+    uint32_t len = 0;
+    if (!absl::SimpleAtoi(s.substr(slash + 1), &len) || len > 128) {
+      return absl::InvalidArgumentError(absl::StrCat("invalid prefix length in '", s, "'"));
+    }
+    *prefix_len = static_cast<uint8_t>(len);
+  }
+  in6_addr a{};
+  if (inet_pton(AF_INET6, addr.c_str(), &a) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid IPv6 address '", s, "'"));
+  }
+  std::memcpy(ip->data(), a.s6_addr, 16);
+  if ((*ip)[0] == 0xFF || std::all_of(ip->begin(), ip->end(), [](uint8_t b) { return b == 0; })) {
+    return absl::InvalidArgumentError(absl::StrCat("'", s, "' is not a unicast address"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseMac(const std::string& s, wire::MacAddr* mac) {
   std::vector<std::string> parts = absl::StrSplit(s, ':');
   if (parts.size() != 6) return absl::InvalidArgumentError(absl::StrCat("invalid MAC '", s, "'"));
@@ -51,6 +75,19 @@ absl::StatusOr<uint8_t> ParseMtu(const std::string& s) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("invalid MTU '", s, "' (one of 256, 512, 1024, 2048, 4096)"));
+}
+
+absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp) {
+  std::vector<std::string> parts = absl::StrSplit(s, ':');
+  uint32_t v = 0, p = 0;
+  if (parts.size() > 2 || !absl::SimpleAtoi(parts[0], &v) || v < 1 || v > 4094 ||
+      (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &p) || p > 7))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid VLAN '", s, "' (ID 1..4094, optionally :PCP 0..7)"));
+  }
+  *id = static_cast<uint16_t>(v);
+  *pcp = static_cast<uint8_t>(p);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Config> ConfigFromEnv() {
@@ -89,6 +126,30 @@ absl::StatusOr<Config> ConfigFromEnv() {
     wire::MacAddr mac;
     if (absl::Status s = ParseMac(*v, &mac); !s.ok()) return prefixed("DROCE_MAC", s);
     c.mac = mac;
+  }
+  if (auto v = env("DROCE_GATEWAY")) {
+    uint8_t len = 0;
+    absl::Status s = ParseIpv4Prefix(*v, &c.gateway, &len);
+    if (s.ok() && v->find('/') != std::string::npos) s = absl::InvalidArgumentError("no prefix length expected");
+    if (!s.ok()) return prefixed("DROCE_GATEWAY", s);
+    const uint32_t mask = c.prefix_len == 0 ? 0 : ~0u << (32 - c.prefix_len);
+    if ((c.gateway & mask) != (c.ip & mask) || c.gateway == c.ip) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DROCE_GATEWAY: '", *v, "' is not another address on the port's subnet"));
+    }
+  }
+  if (auto v = env("DROCE_VLAN")) {
+    if (absl::Status s = ParseVlan(*v, &c.vlan, &c.vlan_pcp); !s.ok()) return prefixed("DROCE_VLAN", s);
+  }
+  if (auto v = env("DROCE_IP6")) {
+    if (absl::Status s = ParseIpv6Prefix(*v, &c.ip6, &c.prefix6_len); !s.ok()) return prefixed("DROCE_IP6", s);
+    c.has_ip6 = true;
+  }
+  if (auto v = env("DROCE_HUGEPAGES")) {
+    if (*v == "auto") c.hugepages = io::HugepageMode::kAuto;
+    else if (*v == "on") c.hugepages = io::HugepageMode::kOn;
+    else if (*v == "off") c.hugepages = io::HugepageMode::kOff;
+    else return absl::InvalidArgumentError(absl::StrCat("DROCE_HUGEPAGES: invalid mode '", *v, "' (auto, on or off)"));
   }
   return c;
 }

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/log.h"
+#include "io/dpdk_port.h"
 #include "wire/frame.h"
 
 namespace droce::engine {
@@ -23,6 +24,17 @@ struct Config {
   // and the worker thread takes over when they stop (DROCE_PROGRESS=app);
   // false: only the worker thread drives (DROCE_PROGRESS=thread).
   bool app_progress = true;
+  // Next hop for destinations outside ip/prefix_len (DROCE_GATEWAY); 0 = none
+  // (off-subnet destinations are then resolved directly, as on-link).
+  uint32_t gateway = 0;
+  // 802.1Q VLAN ID to tag every transmitted frame with (DROCE_VLAN); 0 = none.
+  uint16_t vlan = 0;
+  uint8_t vlan_pcp = 0;  // priority code point of the tag
+  io::HugepageMode hugepages = io::HugepageMode::kAuto;  // DROCE_HUGEPAGES
+  // The port's IPv6 address (DROCE_IP6), answered by ND and ICMPv6 echo.
+  bool has_ip6 = false;
+  wire::Ipv6Addr ip6{};
+  uint8_t prefix6_len = 64;
 };
 
 inline constexpr const char* kDefaultIp = "10.77.0.1/24";
@@ -33,8 +45,14 @@ absl::Status ParseMac(const std::string& s, wire::MacAddr* mac);
 // IB MTU in bytes (256..4096) → enum ibv_mtu.
 absl::StatusOr<uint8_t> ParseMtu(const std::string& s);
 
-// Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL. The
-// error message names the variable and the bad value.
+// Parses "x:x::x[/len]" (default /64).
+absl::Status ParseIpv6Prefix(const std::string& s, wire::Ipv6Addr* ip, uint8_t* prefix_len);
+// "ID" or "ID:PCP" (ID 1..4094, PCP 0..7).
+absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp);
+
+// Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL,
+// DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6. The error
+// message names the variable and the bad value.
 absl::StatusOr<Config> ConfigFromEnv();
 
 }  // namespace droce::engine

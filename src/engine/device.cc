@@ -57,7 +57,7 @@ absl::Status Device::Start(const Config& cfg) {
 void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   pthread_setname_np(pthread_self(), "droce-worker");
   // EAL makes the calling thread its main lcore, so bring it up here.
-  if (absl::Status s = io::InitEal({cfg.log_level, false}); !s.ok()) {
+  if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) {
     started->set_value(s);
     return;
   }
@@ -93,7 +93,20 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   port_.gid[14] = static_cast<uint8_t>(cfg.ip >> 8);
   port_.gid[15] = static_cast<uint8_t>(cfg.ip);
   tx_.reserve(1024);
-  Log(LogLevel::kInfo, "droce0 up: link %s", po.devargs);
+  // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
+  // announcements neighbours use to refresh stale entries for us.
+  subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);
+  gateway_ = cfg.gateway;
+  vlan_tci_ = cfg.vlan == 0 ? 0 : static_cast<uint16_t>(cfg.vlan_pcp << 13 | cfg.vlan);
+  has_ip6_ = cfg.has_ip6;
+  ip6_ = cfg.ip6;
+  prefix6_len_ = cfg.prefix6_len;
+  SendGratuitousArp();
+  if (has_ip6_) SendNeighborAdvert({0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
+  Log(LogLevel::kInfo, "droce0 up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s)",
+      po.devargs, dpdk_.driver(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
+      port_.link_mtu, 128u << port_.active_mtu, io::EalUsesHugepages() ? ", hugepages" : "",
+      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "");
   started->set_value(absl::OkStatus());
   Loop();
 }

@@ -251,6 +251,51 @@ class Device : public transport::TransportEnv {
   std::vector<rte_mbuf*> tx_;
   uint64_t last_timer_ns_ = 0;
   uint64_t last_busy_ns_ = 0;
+
+  // links & addressing (io/arp/icmp/nd)
+  // The neighbour cache (arp.cc): an entry is reachable for kArpReachableNs
+  // after its last confirmation (an ARP packet from it, RoCE traffic from
+  // it), then used while being re-probed, and dropped if the probes go
+  // unanswered.
+  struct ArpEntry {
+    wire::MacAddr mac{};
+    bool valid = false;
+    uint8_t probes = 0;         // unanswered requests since the last confirmation
+    uint64_t confirmed_ns = 0;  // last confirmation
+    uint64_t requested_ns = 0;  // last request sent
+  };
+  // The next hop for an IPv4 destination: itself on the subnet (or with no
+  // gateway configured), else the gateway.
+  uint32_t NextHop(uint32_t dip) const;
+  // A confirmed IPv4 → MAC mapping; wakes the QPs waiting on it if it is new.
+  void LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create);
+  void SendGratuitousArp();
+  // Frames that are not RoCE but may be for the port (icmp.cc): ICMP echo,
+  // ICMPv6 echo and neighbour discovery. Returns true if the frame was
+  // consumed (answered or deliberately ignored).
+  bool HandleLocal(const uint8_t* f, size_t len);
+  void HandleIcmp4(const uint8_t* f, size_t len, unsigned l3);
+  // IPv6 (nd.cc): ICMPv6 echo and neighbour discovery (RFC 4861) for the
+  // port's IPv6 address (DROCE_IP6), and a resolver for IPv6 next hops.
+  void HandleIcmp6(const uint8_t* f, size_t len, unsigned l3);
+  void SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAddr* unicast);
+  void SendNeighborAdvert(const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited);
+  bool ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac);
+  // Puts the port's 802.1Q tag in front of a frame about to be sent (no-op
+  // without DROCE_VLAN).
+  void TagFrame(rte_mbuf* m);
+  // Whether a received frame belongs to this port's VLAN (or, without one,
+  // is untagged or priority-tagged). `m` may carry a tag the PMD stripped.
+  bool VlanAccepts(const rte_mbuf* m, const uint8_t* f, size_t len) const;
+  absl::flat_hash_map<uint32_t, ArpEntry> arp_;
+  absl::flat_hash_map<wire::Ipv6Addr, ArpEntry> nd_;
+  bool has_ip6_ = false;
+  wire::Ipv6Addr ip6_{};
+  uint8_t prefix6_len_ = 64;
+  uint32_t gateway_ = 0;
+  uint32_t subnet_mask_ = 0;
+  uint16_t vlan_tci_ = 0;  // 0: untagged
+  uint16_t ip_id_ = 0;     // IPv4 identification for ICMP replies
 };
 
 }  // namespace droce::engine

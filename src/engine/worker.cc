@@ -236,7 +236,15 @@ void Device::HandleFrame(rte_mbuf* m) {
     return;
   }
   if (len >= wire::kEthLen) {
-    const uint16_t type = wire::load_be16(f + 12);
+    // links & addressing: frames of another VLAN are not ours; ARP; ICMP and
+    // ND below, where the RoCE parser turns them away as not UDP.
+    if (!VlanAccepts(m, f, len)) {
+      ++stats_.non_roce_drop;
+      rte_pktmbuf_free(m);
+      return;
+    }
+    uint16_t type = wire::load_be16(f + 12);
+    if (type == wire::kEtherTypeVlan && len >= wire::kEthLen + wire::kVlanLen) type = wire::load_be16(f + 16);
     if (type == wire::kEtherTypeArp) {
       HandleArp(f, len);
       rte_pktmbuf_free(m);
@@ -246,6 +254,10 @@ void Device::HandleFrame(rte_mbuf* m) {
   wire::PacketView v;
   const wire::ParseError err = wire::parse_frame({f, len}, &v);
   if (err != wire::ParseError::kOk) {
+    if (err == wire::ParseError::kNotUdp && HandleLocal(f, len)) {
+      rte_pktmbuf_free(m);
+      return;
+    }
     if (err == wire::ParseError::kBadIcrc) ++stats_.icrc_err;
     else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
              err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
@@ -266,10 +278,9 @@ void Device::HandleFrame(rte_mbuf* m) {
     return;
   }
   QpEntry* e = it->second.get();
-  // Learn the peer's MAC from its traffic: replies need no ARP round trip.
-  Neighbor& nb = neighbors_[v.sip];
-  nb.mac = v.smac;
-  nb.valid = true;
+  // Learn the peer's MAC from its traffic: replies need no ARP round trip
+  // (off the subnet, the gateway's MAC is what ARP resolves instead).
+  if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
   e->qp->OnPacket(v);
   rte_pktmbuf_free(m);
   DeliverEvents(e);
@@ -305,6 +316,7 @@ void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
     return;
   }
   rte_pktmbuf_trim(m, static_cast<uint16_t>(f.capacity - len));
+  TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   tx_.push_back(m);
   if (tx_.size() >= kTxBurst) FlushTx();
 }

@@ -1,10 +1,17 @@
 #include "io/dpdk_port.h"
 
 #include <getopt.h>
+#include <net/if.h>
 #include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -14,9 +21,13 @@
 #include <rte_ethdev.h>
 #include <rte_log.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
+#include <rte_mempool.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace droce::io {
 namespace {
@@ -46,20 +57,129 @@ std::string lcores_arg() {
   return absl::StrCat("0@(", absl::StrJoin(cpus, ","), ")");
 }
 
+bool g_eal_hugepages = false;
+
+// Free hugepage memory of the default size, in bytes, if a hugetlbfs is
+// mounted to take it from; 0 otherwise.
+uint64_t free_hugepage_bytes() {
+  bool mounted = false;
+  {
+    std::ifstream mounts("/proc/mounts");
+    std::string line;
+    while (std::getline(mounts, line)) {
+      std::vector<std::string> f = absl::StrSplit(line, ' ');
+      if (f.size() > 2 && f[2] == "hugetlbfs") mounted = true;
+    }
+  }
+  if (!mounted) return 0;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  uint64_t free_pages = 0, page_kb = 0;
+  while (std::getline(meminfo, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 2) continue;
+    if (f[0] == "HugePages_Free:") (void)absl::SimpleAtoi(f[1], &free_pages);
+    if (f[0] == "Hugepagesize:") (void)absl::SimpleAtoi(f[1], &page_kb);
+  }
+  return free_pages * page_kb * 1024;
+}
+
+// What one droce process needs at least before hugepages are worth using:
+// the mbuf pool (8191 mbufs of about 4.6 KiB) plus EAL's own heap.
+constexpr uint64_t kMinHugepageBytes = 128ull << 20;
+
+// "iface=NAME" among a vdev's comma-separated arguments.
+std::string devarg_value(const std::string& params, const std::string& key) {
+  for (absl::string_view kv : absl::StrSplit(params, ',')) {
+    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=') {
+      return std::string(kv.substr(key.size() + 1));
+    }
+  }
+  return "";
+}
+
+// The MTU of a kernel network interface in this network namespace; 0 if it
+// cannot be read.
+uint32_t kernel_mtu(const std::string& iface) {
+  if (iface.empty() || iface.size() >= IFNAMSIZ) return 0;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq ifr{};
+  std::memcpy(ifr.ifr_name, iface.data(), iface.size());
+  const int rc = ioctl(fd, SIOCGIFMTU, &ifr);
+  close(fd);
+  return rc == 0 && ifr.ifr_mtu > 0 ? static_cast<uint32_t>(ifr.ifr_mtu) : 0;
+}
+
+// DPDK names a PCI port by its full address, domain included.
+std::string pci_port_name(const std::string& devargs) {
+  std::string addr = devargs.substr(0, devargs.find(','));
+  if (std::count(addr.begin(), addr.end(), ':') == 1) addr = "0000:" + addr;
+  return addr;
+}
+
+// An mbuf pool whose objects lie back to back at a fixed stride from the
+// first one. The af_xdp PMD registers the pool's memory as the AF_XDP UMEM by
+// that arithmetic (base + index * object size); rte_pktmbuf_pool_create keeps
+// objects from crossing page boundaries, which on 4 KiB pages (no hugepages)
+// spreads them one per page, so that mbufs past ~60% of the pool fall
+// outside the UMEM: the kernel rejects them as invalid Tx descriptors and the
+// link goes silent. AF_XDP needs no IOVA-contiguous objects (the kernel
+// copies, or maps the UMEM pages itself), so give up that property here.
+rte_mempool* create_packed_pool(const std::string& name, uint32_t n, uint16_t buf_size) {
+  const unsigned elt = sizeof(rte_mbuf) + buf_size;
+  rte_mempool* mp = rte_mempool_create_empty(name.c_str(), n, elt, 256, sizeof(rte_pktmbuf_pool_private),
+                                             SOCKET_ID_ANY, RTE_MEMPOOL_F_NO_IOVA_CONTIG);
+  if (mp == nullptr) return nullptr;
+  rte_pktmbuf_pool_private priv{};
+  priv.mbuf_data_room_size = buf_size;
+  priv.mbuf_priv_size = 0;
+  if (rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), nullptr) != 0) {
+    rte_mempool_free(mp);
+    return nullptr;
+  }
+  rte_pktmbuf_pool_init(mp, &priv);
+  if (rte_mempool_populate_default(mp) < 0) {
+    rte_mempool_free(mp);
+    return nullptr;
+  }
+  rte_mempool_obj_iter(mp, rte_pktmbuf_init, nullptr);
+  return mp;
+}
+
 }  // namespace
 
+bool IsPciAddress(const std::string& devargs) {
+  static const std::regex re("^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7](,.*)?$");
+  return std::regex_match(devargs, re);
+}
+
+bool EalUsesHugepages() { return g_eal_hugepages; }
+
 absl::Status InitEal(const EalOptions& opts) {
-  std::vector<std::string> args = {
-      "droce",
-      "--no-huge",
-      "-m", "256",
-      "--no-shconf",
-      "--no-telemetry",
-      absl::StrCat("--file-prefix=droce-", getpid()),
-      absl::StrCat("--lcores=", lcores_arg()),
-      absl::StrCat("--log-level=", rte_level(opts.log_level)),
-  };
-  if (!opts.use_pci) args.push_back("--no-pci");
+  bool huge = opts.hugepages == HugepageMode::kOn;
+  if (opts.hugepages == HugepageMode::kAuto) huge = free_hugepage_bytes() >= kMinHugepageBytes;
+  std::vector<std::string> args = {"droce"};
+  if (huge) {
+    // No runtime files, hugepage files unlinked at once: nothing left behind
+    // and several droce processes side by side, as with --no-huge.
+    args.push_back("--in-memory");
+  } else {
+    // (--in-memory conflicts with --no-huge; --no-shconf gives the same.)
+    for (const char* a : {"--no-huge", "-m", "256", "--no-shconf"}) args.push_back(a);
+  }
+  args.push_back("--no-telemetry");
+  args.push_back(absl::StrCat("--file-prefix=droce-", getpid()));
+  args.push_back(absl::StrCat("--lcores=", lcores_arg()));
+  args.push_back(absl::StrCat("--log-level=", rte_level(opts.log_level)));
+  if (IsPciAddress(opts.link)) {
+    // Probe only the NIC named by the link (with its driver arguments), never
+    // the machine's other PCI devices.
+    args.push_back("-a");
+    args.push_back(opts.link);
+  } else {
+    args.push_back("--no-pci");
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -75,6 +195,7 @@ absl::Status InitEal(const EalOptions& opts) {
     return absl::InternalError(absl::StrCat("DPDK EAL init failed: ", rte_strerror(rte_errno)));
   }
   rte_log_set_global_level(static_cast<uint32_t>(rte_level(opts.log_level)));
+  g_eal_hugepages = huge;
   return absl::OkStatus();
 }
 
@@ -82,26 +203,58 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
   const std::string& devargs = opts.devargs;
   const std::string name = devargs.substr(0, devargs.find(','));
   const std::string params = devargs.find(',') == std::string::npos ? "" : devargs.substr(devargs.find(',') + 1);
+  std::string vdev_params = params;
+  if (name.rfind("net_af_xdp", 0) == 0 && devarg_value(params, "busy_budget").empty()) {
+    // The PMD's default preferred busy polling (busy_budget=64) leaves the
+    // kernel's NAPI processing to the socket owner's recvfrom calls; with the
+    // kernel's defaults (napi_defer_hard_irqs=0) and an engine that backs off
+    // when idle, frames then wait for tens of milliseconds and RC QPs time
+    // out (measured on veth: 64 us/iteration without it, retransmission
+    // storms with it). The engine polls the rings itself: turn it off unless
+    // the devargs ask for it.
+    vdev_params += vdev_params.empty() ? "busy_budget=0" : ",busy_budget=0";
+  }
   if (name.rfind("net_", 0) == 0 || name.rfind("eth_", 0) == 0) {
-    if (int rc = rte_vdev_init(name.c_str(), params.c_str()); rc != 0) {
+    if (int rc = rte_vdev_init(name.c_str(), vdev_params.c_str()); rc != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("link '", devargs, "': cannot create the DPDK device (unknown driver or bad arguments)"));
     }
     virtual_mac_ = name.rfind("net_memif", 0) == 0 || name.rfind("net_ring", 0) == 0;
+    iface_ = devarg_value(params, "iface");
   }
-  if (rte_eth_dev_get_port_by_name(name.c_str(), &port_id_) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("link '", devargs, "': no such DPDK port"));
-  }
-  data_room_ = static_cast<uint16_t>(opts.mbuf_data_room);
-  pool_ = rte_pktmbuf_pool_create(absl::StrCat("droce_pool_", port_id_).c_str(), opts.nb_mbufs, 256, 0,
-                                  static_cast<uint16_t>(opts.mbuf_data_room + RTE_PKTMBUF_HEADROOM),
-                                  SOCKET_ID_ANY);
-  if (pool_ == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat("mbuf pool: ", rte_strerror(rte_errno)));
+  const std::string port_name = IsPciAddress(devargs) ? pci_port_name(devargs) : name;
+  if (rte_eth_dev_get_port_by_name(port_name.c_str(), &port_id_) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link '", devargs, "': no such DPDK port",
+        IsPciAddress(devargs) ? " (is the NIC bound to vfio-pci? see docs/CONFIG.md)" : ""));
   }
   rte_eth_dev_info info{};
   if (int rc = rte_eth_dev_info_get(port_id_, &info); rc != 0) {
     return absl::InternalError(absl::StrCat("dev_info: ", rte_strerror(-rc)));
+  }
+  driver_ = info.driver_name != nullptr ? info.driver_name : "";
+  uint16_t room = opts.mbuf_data_room;
+  if (driver_ == "net_af_xdp") {
+    // The PMD hands the mbufs themselves to the kernel as AF_XDP frames, and
+    // an XDP frame (mbuf header, headroom and data) must fit in one page.
+    room = std::min<uint16_t>(room, RTE_MBUF_DEFAULT_DATAROOM);
+  }
+  if (driver_ == "net_af_packet") {
+    // Each ring slot (framesz, less a 32-byte header) must fit one mbuf: a
+    // larger framesz for jumbo frames needs larger mbufs.
+    uint32_t framesz = 0;
+    if (absl::SimpleAtoi(devarg_value(params, "framesz"), &framesz) && framesz > 32 && framesz <= 16384) {
+      room = std::max<uint16_t>(room, static_cast<uint16_t>(framesz - 32));
+    }
+  }
+  data_room_ = room;
+  const std::string pool_name = absl::StrCat("droce_pool_", port_id_);
+  const uint16_t buf_size = static_cast<uint16_t>(data_room_ + RTE_PKTMBUF_HEADROOM);
+  pool_ = driver_ == "net_af_xdp" ? create_packed_pool(pool_name, opts.nb_mbufs, buf_size)
+                                  : rte_pktmbuf_pool_create(pool_name.c_str(), opts.nb_mbufs, 256, 0, buf_size,
+                                                            SOCKET_ID_ANY);
+  if (pool_ == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("mbuf pool: ", rte_strerror(rte_errno)));
   }
   rte_eth_conf conf{};
   if (int rc = rte_eth_dev_configure(port_id_, 1, 1, &conf); rc != 0) {
@@ -125,8 +278,26 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
   rte_ether_addr a{};
   rte_eth_macaddr_get(port_id_, &a);
   std::memcpy(mac_.data(), a.addr_bytes, 6);
+  // af_packet, af_xdp and tap sit on a kernel interface whose MTU is the
+  // real bound (DPDK reports its own default of 1500 for them); other ports
+  // report theirs.
   uint16_t mtu = 1500;
-  if (rte_eth_dev_get_mtu(port_id_, &mtu) == 0) link_mtu_ = mtu;
+  if (const uint32_t k = kernel_mtu(iface_); k != 0) {
+    link_mtu_ = k;
+  } else if (rte_eth_dev_get_mtu(port_id_, &mtu) == 0) {
+    link_mtu_ = mtu;
+  }
+  // A frame must also fit one mbuf (and, on af_packet, one slot of the
+  // PMD's packet ring, framesz bytes less its 32-byte slot header: bigger
+  // frames are dropped on transmit), with an Ethernet header and a VLAN tag.
+  uint32_t frame_max = data_room_;
+  if (driver_ == "net_af_packet") {
+    uint32_t framesz = 2048, v = 0;  // the PMD's default
+    if (absl::SimpleAtoi(devarg_value(params, "framesz"), &v) && v != 0) framesz = v;
+    frame_max = std::min(frame_max, framesz > 32 ? framesz - 32 : 0);
+  }
+  const uint32_t overhead = wire::kEthLen + wire::kVlanLen;
+  link_mtu_ = std::min(link_mtu_, frame_max > overhead ? frame_max - overhead : 0);
   open_ = true;
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
-// The packet-I/O seam on DPDK: EAL bring-up without hugepages, one mbuf pool
-// and one port with a single rx/tx queue pair. Cold code only; the burst
-// calls are inline DPDK functions used directly by the worker loop.
+// The packet-I/O seam on DPDK: EAL bring-up (hugepages when the machine has
+// them, anonymous memory otherwise), one mbuf pool and one port with a single
+// rx/tx queue pair. Cold code only; the burst calls are inline DPDK functions
+// used directly by the worker loop.
 #pragma once
 
 #include <cstdint>
@@ -14,16 +15,31 @@ struct rte_mempool;
 
 namespace droce::io {
 
-struct EalOptions {
-  LogLevel log_level = LogLevel::kError;
-  bool use_pci = false;
+enum class HugepageMode : uint8_t {
+  kAuto,  // use hugepages if enough are free and hugetlbfs is mounted
+  kOn,    // require them (EAL init fails without)
+  kOff,   // never (--no-huge)
 };
 
+struct EalOptions {
+  LogLevel log_level = LogLevel::kError;
+  // The link's devargs: a PCI address ("0000:01:00.0[,args]") makes EAL probe
+  // that one device (allow-list); anything else runs EAL with --no-pci.
+  std::string link;
+  HugepageMode hugepages = HugepageMode::kAuto;
+};
+
+// Whether a link string names a PCI device ("DDDD:BB:DD.F" or "BB:DD.F").
+bool IsPciAddress(const std::string& devargs);
+
 // Initialises DPDK's EAL once per process, on the calling thread (which EAL
-// then treats as its main lcore). No hugepages, no shared config files, no
-// PCI probing, a per-process file prefix, lcore 0 allowed on every CPU this
+// then treats as its main lcore). No shared config files (--no-shconf, or
+// --in-memory with hugepages), no PCI probing unless the link is a PCI
+// device, a per-process file prefix, lcore 0 allowed on every CPU this
 // process may use.
 absl::Status InitEal(const EalOptions& opts);
+// After InitEal: whether EAL runs on hugepages.
+bool EalUsesHugepages();
 
 struct PortOptions {
   std::string devargs;     // e.g. "net_memif0,role=server,socket=/tmp/x.sock"
@@ -34,7 +50,8 @@ struct PortOptions {
 
 class DpdkPort {
  public:
-  // Probes the vdev named by devargs, configures and starts it.
+  // Probes the vdev named by devargs (or finds the PCI port EAL probed),
+  // configures and starts it.
   absl::Status Open(const PortOptions& opts);
   void Close();
 
@@ -42,9 +59,17 @@ class DpdkPort {
   rte_mempool* pool() const { return pool_; }
   wire::MacAddr mac() const { return mac_; }
   absl::Status SetMac(const wire::MacAddr& mac);
+  // The Ethernet MTU (IP datagram bytes) that frames on this port may carry:
+  // the kernel interface's MTU for af_packet/af_xdp, the port's for others,
+  // capped by what one mbuf holds.
   uint32_t link_mtu() const { return link_mtu_; }
   uint16_t data_room() const { return data_room_; }
+  // Virtual links (memif, ring) have no MAC worth keeping and carry any
+  // frame that fits an mbuf.
   bool is_virtual_mac() const { return virtual_mac_; }
+  const std::string& driver() const { return driver_; }
+  // The kernel interface behind an af_packet/af_xdp/tap port ("" if none).
+  const std::string& kernel_iface() const { return iface_; }
 
  private:
   uint16_t port_id_ = 0;
@@ -54,6 +79,8 @@ class DpdkPort {
   uint16_t data_room_ = 0;
   bool virtual_mac_ = false;
   bool open_ = false;
+  std::string driver_;
+  std::string iface_;
 };
 
 }  // namespace droce::io

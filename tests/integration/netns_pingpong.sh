@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Two droce processes, each in a network namespace of its own, run an
+# unmodified ibverbs example program (ibv_rc_pingpong, ...) against each other
+# over a veth pair driven through DPDK's af_packet or af_xdp PMD. The
+# programs' out-of-band TCP exchange uses a second veth pair (see
+# netns_common.sh for the layout).
+#
+# usage: netns_pingpong.sh LAUNCHER KIND PROGRAM [PROGRAM ARGS...]
+#   KIND: af_packet or af_xdp. The server runs `PROGRAM -p PORT ARGS...` in
+#   namespace A, the client the same plus the server's control address in B.
+#   Passes if both exit 0 and print a line matching `bytes in .* seconds`.
+#   DROCE_TEST_VLAN=ID: both droce ports tag their frames with 802.1Q VLAN ID
+#   (DROCE_VLAN) and accept only that VLAN.
+#   DROCE_TEST_MTU=N: both ports get DROCE_MTU=N.
+#   DROCE_TEST_ACTIVE_MTU=N: the server's port must report active MTU N
+#   (see also DROCE_TEST_VETH_MTU and DROCE_TEST_LINK_ARGS, netns_common.sh).
+#   Needs root; exit 77 (skip) without it, without PROGRAM or without the PMD.
+set -u
+
+if [ $# -lt 3 ]; then
+  echo "usage: $0 LAUNCHER KIND PROGRAM [PROGRAM ARGS...]" >&2
+  exit 2
+fi
+launcher=$1
+kind=$2
+program=$3
+shift 3
+prog_args=("$@")
+
+# shellcheck source=tests/integration/netns_common.sh
+. "$(dirname "$0")/netns_common.sh"
+
+netns_check_prereqs "$launcher" "$kind"
+command -v "$program" >/dev/null 2>&1 || skip "'$program' not found (install ibverbs-utils: scripts/setup.sh)"
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6
+# DROCE_TEST_MTU: the MTU cap both ports are given (DROCE_MTU).
+[ -n "${DROCE_TEST_MTU:-}" ] && export DROCE_MTU=$DROCE_TEST_MTU
+vlan=${DROCE_TEST_VLAN:-}
+if [ -n "$vlan" ]; then export DROCE_VLAN=$vlan; else unset DROCE_VLAN; fi
+
+netns_setup
+readonly port=18515  # the namespaces are ours: no other listener there
+readonly max_client_attempts=20
+
+# With a VLAN on af_packet, B's kernel sees the frames A sends: check on the
+# wire that they carry the tag (an AF_XDP socket hides them from taps).
+capture_pid=""
+if [ -n "$vlan" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/null 2>&1; then
+  timeout "$per_process_timeout" ip netns exec "$ns_b" tcpdump -i "$if_b" -nn -e -l \
+    "ether src $(ip netns exec "$ns_a" cat "/sys/class/net/$if_a/address") and udp port 4791" \
+    >"$dir/tcpdump.txt" 2>/dev/null &
+  capture_pid=$!
+  pids+=("$capture_pid")
+  sleep 1
+fi
+
+run_bg "$dir/server.log" "$ns_a" "$launcher" exec --link "$(link_for "$kind" "$if_a")" \
+  --ip "$droce_ip_a/24" --log-level info -- "$program" -p "$port" "${prog_args[@]}"
+server_pid=$last_pid
+wait_listen "$ns_a" "$port" "$server_pid" 15
+
+client_rc=255
+attempt=0
+while :; do
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "server exited before the client could connect" >&2
+    break
+  fi
+  attempt=$(( attempt + 1 ))
+  log="$dir/client.$attempt.log"
+  run_bg "$log" "$ns_b" "$launcher" exec --link "$(link_for "$kind" "$if_b")" \
+    --ip "$droce_ip_b/24" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
+  wait "$last_pid"
+  client_rc=$?
+  if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
+     [ "$attempt" -lt "$max_client_attempts" ] && kill -0 "$server_pid" 2>/dev/null; then
+    sleep 0.5
+    continue
+  fi
+  break
+done
+if [ "$client_rc" -ne 0 ]; then
+  for _ in $(seq 1 30); do
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$server_pid" 2>/dev/null && kill -TERM -- "-$server_pid" 2>/dev/null
+fi
+wait "$server_pid"
+server_rc=$?
+
+tagged=""
+tag_failed=0
+if [ -n "$capture_pid" ]; then
+  sleep 0.5
+  kill_group "$capture_pid"
+  total=$(grep -c . "$dir/tcpdump.txt")
+  with_tag=$(grep -c "vlan $vlan," "$dir/tcpdump.txt")
+  if [ "$total" -eq 0 ] || [ "$with_tag" -ne "$total" ]; then
+    echo "FAIL: of $total RoCE frames from A seen on B's veth, $with_tag carry VLAN $vlan"
+    head -5 "$dir/tcpdump.txt"
+    tag_failed=1
+  fi
+  tagged=" ($with_tag of $total frames seen on the wire tagged)"
+fi
+
+describe() {
+  case $1 in
+    0) echo "exit 0" ;;
+    124) echo "timed out after ${per_process_timeout}s (exit 124)" ;;
+    *) echo "exit $1" ;;
+  esac
+}
+failed=$tag_failed
+if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -q "active MTU $DROCE_TEST_ACTIVE_MTU)" "$dir/server.log"; then
+  echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
+  failed=1
+fi
+[ "$server_rc" -eq 0 ] || { echo "FAIL: server: $(describe "$server_rc")"; failed=1; }
+[ "$client_rc" -eq 0 ] || { echo "FAIL: client: $(describe "$client_rc")"; failed=1; }
+expect='bytes in .* seconds'
+grep -Eq "$expect" "$dir/server.log" || { echo "FAIL: server output has no line matching '$expect'"; failed=1; }
+grep -Eq "$expect" "$dir/client.$attempt.log" 2>/dev/null ||
+  { echo "FAIL: client output has no line matching '$expect'"; failed=1; }
+if [ "$failed" -ne 0 ]; then
+  echo "----- server output -----"
+  cat "$dir/server.log"
+  for f in "$dir"/client.*.log; do
+    [ -e "$f" ] || continue
+    echo "----- client output (${f##*/}) -----"
+    cat "$f"
+  done
+  echo "----- links -----"
+  ip -n "$ns_a" -s link show "$if_a"
+  ip -n "$ns_b" -s link show "$if_b"
+  exit 1
+fi
+echo "PASS: $program ${prog_args[*]} over $kind on a veth pair between two namespaces${vlan:+ (VLAN $vlan)}$tagged"
+grep -o "link MTU [0-9]*, active MTU [0-9]*" "$dir/server.log" | head -1 | sed 's/^/[server] /'
+grep -E "bytes in .* seconds|iters in .* seconds" "$dir/server.log" | sed 's/^/[server] /'
+grep -E "bytes in .* seconds|iters in .* seconds" "$dir/client.$attempt.log" | sed 's/^/[client] /'
+exit 0
