@@ -269,7 +269,14 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if (q->rq_prod != start) rq.publish_prod(q->rq_prod);
     else return rc;
   }
-  to_ctx(ibqp->context)->s->engine->Doorbell(q->handle);
+  // The responder reads the RQ when a request arrives: no doorbell (and no
+  // wakeup) is needed, except in the error state, where new receive WQEs
+  // must be flushed.
+  if (ibqp->state == IBV_QPS_ERR) {
+    engine::Device* eng = to_ctx(ibqp->context)->s->engine;
+    eng->Doorbell(q->handle, /*wake=*/false);
+    eng->Kick();
+  }
   return rc;
 }
 

@@ -141,7 +141,11 @@ ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 
 void push_async_event(Context* ctx, const ibv_async_event& ev) {
   {
+    // Bounded: an application that never reads its async events must not
+    // make the queue grow without limit; the oldest are kept.
+    constexpr size_t kMaxAsyncEvents = 4096;
     std::lock_guard<std::mutex> l(ctx->s->async_mu);
+    if (ctx->s->async_events.size() >= kMaxAsyncEvents) return;
     ctx->s->async_events.push_back(ev);
   }
   const uint64_t one = 1;

@@ -145,7 +145,7 @@ void Device::Doorbell(const QpHandle& qp, bool wake) {
 }
 
 void Device::Kick() {
-  if (!app_progress_ || !TryDrive()) Wake();
+  if (!app_progress_ || !TryDrive(/*polling=*/false)) Wake();
 }
 
 uint64_t Device::NowNs() {

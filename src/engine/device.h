@@ -146,7 +146,7 @@ class Device : public transport::TransportEnv {
   // Application-driven progress: runs one turn of the engine loop on the
   // calling thread unless another thread is driving. Returns whether there
   // was work.
-  bool TryDrive();
+  bool TryDrive(bool polling = true);
   // An application thread that drove the engine is about to block (e.g. in
   // ibv_get_cq_event): the worker takes over now.
   void Handoff();

@@ -70,13 +70,16 @@ void Device::Loop() {
   }
 }
 
-bool Device::TryDrive() {
+bool Device::TryDrive(bool polling) {
   if (!app_progress_ || drive_lock_.load(std::memory_order_relaxed) ||
       drive_lock_.exchange(true, std::memory_order_acquire)) {
     return false;
   }
   const bool busy = PollOnce();
-  last_app_drive_ns_.store(last_timer_ns_, std::memory_order_relaxed);
+  // Only a thread polling its CQ will come back for received packets; one
+  // that just posted may spin on memory instead (ib_write_lat's receiver), so
+  // posting does not send the worker to sleep.
+  if (polling) last_app_drive_ns_.store(last_timer_ns_, std::memory_order_relaxed);
   drive_lock_.store(false, std::memory_order_release);
   return busy;
 }

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -195,6 +196,10 @@ absl::Status InitEal(const EalOptions& opts) {
     return absl::InternalError(absl::StrCat("DPDK EAL init failed: ", rte_strerror(rte_errno)));
   }
   rte_log_set_global_level(static_cast<uint32_t>(rte_level(opts.log_level)));
+  // EAL leaves an empty runtime directory per process even with
+  // --no-shconf; remove it when the process exits.
+  static std::string runtime_dir = rte_eal_get_runtime_dir();
+  std::atexit([] { rmdir(runtime_dir.c_str()); });
   g_eal_hugepages = huge;
   return absl::OkStatus();
 }

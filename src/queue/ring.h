@@ -47,8 +47,11 @@ inline constexpr uint32_t round_up_pow2(uint32_t v) {
   return p;
 }
 
+// Bytes a ring occupies, rounded up to a cache line so that whatever is
+// placed after it in the same region (another ring, QpShared, CqControl)
+// starts aligned.
 inline constexpr size_t ring_bytes(uint32_t size, uint32_t stride) {
-  return sizeof(RingHeader) + size_t{size} * stride;
+  return (sizeof(RingHeader) + size_t{size} * stride + kCacheLine - 1) & ~(kCacheLine - 1);
 }
 
 // A view of a ring placed at some address in shared memory. Cheap to copy.

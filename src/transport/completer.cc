@@ -42,10 +42,9 @@ bool Qp::CompleteWqe(SendCtx& ctx, uint8_t status) {
     c.opcode = wc_opcode(ctx.wqe.op);
     c.byte_len = ctx.total_len;
     c.qp_num = qpn_;
-    if (!PushSendCqe(c)) return false;
+    return RetireSendWqe(&c);
   }
-  ++sq_comp_;
-  return true;
+  return RetireSendWqe(nullptr);
 }
 
 // Completes, in order, every sent WQE whose last PSN is before `psn`. A READ

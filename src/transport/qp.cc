@@ -246,6 +246,7 @@ void Qp::ResetQueues() {
   send_pkt_ = 0;
   rd_atomic_inflight_ = 0;
   in_write_message_ = false;
+  comm_est_raised_ = false;
   resp_head_ = resp_tail_ = 0;
   for (auto& a : atomic_history_) a.valid = false;
   recv_ = RecvCtx{};
@@ -279,8 +280,7 @@ void Qp::FlushAll() {
     c.wr_id = w.wr_id;
     c.status = queue::wc::kWrFlushErr;
     c.qp_num = qpn_;
-    if (!send_cq_->Push(c, false)) break;
-    ++sq_comp_;
+    if (!RetireSendWqe(&c)) break;
   }
   sq_send_ = sq_fetched_ = sq_comp_;
   send_pkt_ = 0;
@@ -313,6 +313,22 @@ void Qp::OnRecvDoorbell() {
     ++rq_cons_;
   }
   rq_.publish_cons(rq_cons_);
+}
+
+// Frees the oldest SQ slot, then enters its completion (if any). An
+// application may post into that slot as soon as it polls the completion (a
+// polled WR is no longer outstanding), so the slot must be free first. The
+// CQ is checked for room before (it has one producer: the room cannot
+// vanish), so a full CQ still leaves the WQE in place for the flush.
+bool Qp::RetireSendWqe(const queue::Cqe* cqe) {
+  if (cqe != nullptr && send_cq_->full()) {
+    PushSendCqe(*cqe);  // fails: CQ_ERR, QP_FATAL, error state
+    return false;
+  }
+  ++sq_comp_;
+  sq_.publish_cons(sq_comp_);
+  if (cqe != nullptr) PushSendCqe(*cqe);
+  return true;
 }
 
 bool Qp::PushSendCqe(const queue::Cqe& in) {

@@ -268,6 +268,7 @@ class Qp {
   void FlushAll();
   void ResetQueues();
   bool PushSendCqe(const queue::Cqe& cqe);
+  bool RetireSendWqe(const queue::Cqe* cqe);
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
   wire::Ipv4Path PathTo(const wire::MacAddr& dmac) const;
   void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
@@ -289,6 +290,7 @@ class Qp {
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
   bool sqd_notify_ = false;
+  bool comm_est_raised_ = false;
 
   // Requester / completer. Ring indices (free-running): sq_comp_ <= sq_send_
   // <= sq_fetched_ <= provider's prod.

@@ -133,9 +133,7 @@ bool Qp::FetchSendWqe() {
     c.wr_id = ctx.wqe.wr_id;
     c.status = status;
     c.qp_num = qpn_;
-    PushSendCqe(c);
-    ++sq_comp_;
-    sq_.publish_cons(sq_comp_);
+    RetireSendWqe(&c);
     EnterError();
   }
   return false;
@@ -166,11 +164,9 @@ bool Qp::FailHead(SendCtx& ctx, uint8_t status) {
   c.wr_id = ctx.wqe.wr_id;
   c.status = status;
   c.qp_num = qpn_;
-  PushSendCqe(c);
-  ++sq_comp_;
+  RetireSendWqe(&c);
   sq_send_ = sq_comp_;
   send_pkt_ = 0;
-  sq_.publish_cons(sq_comp_);
   EnterError();
   return true;
 }
@@ -294,10 +290,10 @@ void Qp::CompleteUnreliable(SendCtx& ctx) {
     c.opcode = is_write(ctx.wqe.op) ? queue::wc::kOpRdmaWrite : queue::wc::kOpSend;
     c.byte_len = ctx.total_len;
     c.qp_num = qpn_;
-    if (!PushSendCqe(c)) return;
+    RetireSendWqe(&c);
+    return;
   }
-  ++sq_comp_;
-  sq_.publish_cons(sq_comp_);
+  RetireSendWqe(nullptr);
 }
 
 bool Qp::PollSend(unsigned budget) {

@@ -171,8 +171,9 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     return;
   }
   nak_sent_ = false;
-  if (attr_.state == QpState::kRtr) {
-    Raise(QpEvent::kCommEst);  // first request received in RTR (IBA 11.6.3)
+  if (attr_.state == QpState::kRtr && !comm_est_raised_) {
+    comm_est_raised_ = true;  // once: the first request received in RTR (IBA 11.6.3)
+    Raise(QpEvent::kCommEst);
   }
   // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
   const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead

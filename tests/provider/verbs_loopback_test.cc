@@ -944,4 +944,22 @@ TEST_F(Loopback, ExtendedCqPollingTimestampsAndResize) {
   EXPECT_EQ(errno, EOPNOTSUPP);
 }
 
+
+// A polled send completion means the WR is no longer outstanding: with a
+// one-entry send queue, posting right after polling must succeed (the slot is
+// freed before the completion becomes visible). Regression test.
+TEST_F(Loopback, PostRightAfterPollingTheSendCompletionSucceeds) {
+  ibv_qp* a = CreateQp(scq_, scq_, /*depth=*/1);
+  ibv_qp* b = CreateQp(scq_, rcq_, /*depth=*/1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  for (int i = 0; i < 2000; ++i) {
+    ASSERT_EQ(PostRecv(b, i, 4096, 64), 0) << i;
+    ASSERT_EQ(PostSend(a, i, 0, 8), 0) << i;
+    ASSERT_EQ(Poll(scq_, 1).size(), 1u) << i;
+    ASSERT_EQ(Poll(rcq_, 1).size(), 1u) << i;
+  }
+}
+
 }  // namespace
