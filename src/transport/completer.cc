@@ -316,6 +316,9 @@ void Qp::OnTimer(uint64_t now) {
   }
   GoBackTo(from);
   last_progress_ns_ = now;
+  // The peer may have moved (a new MAC after ARP expiry or a gratuitous
+  // ARP): look the next hop up again before resending.
+  mac_valid_ = false;
 }
 
 }  // namespace droce::transport

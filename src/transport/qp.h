@@ -234,6 +234,7 @@ class Qp {
                   bool* prot_err);
   bool FailHead(SendCtx& ctx, uint8_t status);
   bool ExecuteLocalOp(SendCtx& ctx);
+  bool WaitForNeighbor();
   void CompleteUnreliable(SendCtx& ctx);
   // completer.cc
   void OnResponse(const wire::PacketView& pkt);
@@ -311,6 +312,7 @@ class Qp {
   bool rnr_wait_ = false;
   uint64_t rnr_resume_ns_ = 0;
   bool mac_valid_ = false;
+  uint64_t resolving_since_ns_ = 0;
   wire::MacAddr dmac_{};
 
   // Responder.

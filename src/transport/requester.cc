@@ -281,6 +281,29 @@ bool Qp::ExecuteLocalOp(SendCtx& ctx) {
   return attr_.state != QpState::kErr;
 }
 
+// The next hop is not resolved yet. Work waits, but not forever: an RC QP
+// whose destination stays unresolved for as long as its retries would take
+// fails the oldest WQE with IBV_WC_RETRY_EXC_ERR, as if every try had been
+// lost (timeout 0 means wait forever, as for ACKs).
+bool Qp::WaitForNeighbor() {
+  const bool has_work = sq_send_ != sq_fetched_ || sq_fetched_ != sq_.load_prod_acquire();
+  if (!has_work || type_ != QpType::kRc || attr_.timeout == 0) return has_work;
+  const uint64_t now = env_->NowNs();
+  if (resolving_since_ns_ == 0) {
+    resolving_since_ns_ = now;
+    return true;
+  }
+  const uint64_t limit = (4096ull << attr_.timeout) * (uint64_t{attr_.retry_cnt} + 1);
+  if (now - resolving_since_ns_ < limit) return true;
+  resolving_since_ns_ = 0;
+  if (sq_send_ == sq_fetched_ && !FetchSendWqe()) return false;
+  if (sq_send_ == sq_comp_ && send_pkt_ == 0) {
+    ++env_->Stats().retry_exceeded_err;
+    FailHead(send_ctx_[sq_send_ & (sq_.size() - 1)], queue::wc::kRetryExcErr);
+  }
+  return false;
+}
+
 // UC and UD: a WQE is complete once its last packet is sent (IBA 9.8).
 void Qp::CompleteUnreliable(SendCtx& ctx) {
   if (sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
@@ -315,8 +338,9 @@ bool Qp::PollSend(unsigned budget) {
     return more;
   }
   if (type_ != QpType::kUd && !mac_valid_) {
-    if (!env_->ResolveMac(dip_, &dmac_)) return true;  // keep polling while ARP resolves
+    if (!env_->ResolveMac(dip_, &dmac_)) return WaitForNeighbor();
     mac_valid_ = true;
+    resolving_since_ns_ = 0;
   }
   unsigned sent = 0;
   while (sent < budget) {

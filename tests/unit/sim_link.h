@@ -41,8 +41,9 @@ class SimEnv : public transport::TransportEnv {
   }
   bool ResolveMac(uint32_t, wire::MacAddr* mac) override {
     *mac = {2, 0, 0, 0, 0, 9};
-    return true;
+    return resolvable;
   }
+  bool resolvable = true;  // false: the destination never answers ARP
   mem::MrTable& Mrs() override { return mrs; }
   bool InvalidateRkey(uint32_t rkey, uint32_t pd) override { return mrs.Invalidate(rkey, pd); }
   const transport::AddressHandle* FindAh(uint32_t id) override {

@@ -365,6 +365,30 @@ TEST(TransportSim, HostileLinkManySeeds) {
   }
 }
 
+// A destination that never resolves: the WQE fails with RETRY_EXC_ERR after
+// what its retries would have taken, instead of waiting forever.
+TEST(TransportSim, UnresolvableNeighborEndsInRetryExceeded) {
+  SimNet net(0, 0, 12);
+  Endpoint a, b;
+  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
+  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
+  a.Connect(0x22, 0x0A000002, 3);
+  b.Connect(0x11, 0x0A000001, 3);
+  a.env->resolvable = false;
+  a.PostSend(1, 0, 100);
+  a.PostSend(2, 0, 100);
+  std::vector<queue::Cqe> c(8);
+  int n = 0;
+  ASSERT_TRUE(net.Run(a, b, [&] {
+    n += a.scq_c->Poll(c.data() + n, 8 - n);
+    return n == 2;
+  }));
+  EXPECT_EQ(c[0].wr_id, 1u);
+  EXPECT_EQ(c[0].status, queue::wc::kRetryExcErr);
+  EXPECT_EQ(c[1].status, queue::wc::kWrFlushErr);
+  EXPECT_EQ(a.qp->state(), QpState::kErr);
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
   SimNet net(0, 0, 9);
   Endpoint a, b;

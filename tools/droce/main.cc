@@ -133,10 +133,17 @@ constexpr std::string_view kUsage =
     "        --mtu N               path MTU cap: 256 512 1024 2048 4096 (DROCE_MTU), default 1024\n"
     "        --mac xx:xx:xx:xx:xx:xx  MAC address (DROCE_MAC), default derived from the IP\n"
     "        --log-level LEVEL     error warning info debug (DROCE_LOG_LEVEL), default error\n"
+    "        --gateway ADDR        next hop off the subnet (DROCE_GATEWAY)\n"
+    "        --vlan ID[:PCP]       802.1Q tag on every frame (DROCE_VLAN)\n"
+    "        --ip6 ADDR[/LEN]      IPv6 address for ND and ping6 (DROCE_IP6)\n"
+    "        --hugepages MODE      auto on off (DROCE_HUGEPAGES), default auto\n"
+    "        --progress MODE       app thread (DROCE_PROGRESS), default app\n"
     "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path)\n"
     "  demo [--iters N] [--size BYTES] [--timeout SECONDS]\n"
     "        run an unmodified ibv_rc_pingpong server and client through droce over a\n"
     "        memif link (defaults: --iters 1000 --size 4096 --timeout 60)\n"
+    "  pcap-check [-v] FILE...\n"
+    "        check every RoCEv2 packet of pcap/pcapng captures (headers, ICRC)\n"
     "  version\n"
     "        print the version\n"
     "  help\n"
@@ -251,6 +258,10 @@ std::optional<std::string> FindProvider() {
 
 struct ExecOptions {
   std::optional<std::string> link, ip, mtu, mac, log_level;
+  // Passed through to the provider, which validates them when it opens the
+  // device (one-line error naming the variable): gateway, vlan, ip6,
+  // hugepages, progress.
+  std::optional<std::string> gateway, vlan, ip6, hugepages, progress;
   std::vector<std::string> program;  // PROGRAM [ARGS...]
 };
 
@@ -287,6 +298,11 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     else if (name == "mtu") slot = &opt.mtu;
     else if (name == "mac") slot = &opt.mac;
     else if (name == "log-level") slot = &opt.log_level;
+    else if (name == "gateway") slot = &opt.gateway;
+    else if (name == "vlan") slot = &opt.vlan;
+    else if (name == "ip6") slot = &opt.ip6;
+    else if (name == "hugepages") slot = &opt.hugepages;
+    else if (name == "progress") slot = &opt.progress;
     else return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
     if (!value) {
       if (i + 1 >= args.size() || args[i + 1] == "--") {
@@ -319,6 +335,15 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     return UsageError(StrCat("exec: invalid --mac '", *opt.mac,
                                    "': expected xx:xx:xx:xx:xx:xx (hex)"));
   }
+  if (opt.gateway && !ValidIpWithPrefix(*opt.gateway)) {
+    return UsageError(StrCat("exec: invalid --gateway '", *opt.gateway, "': expected a dotted IPv4 address"));
+  }
+  if (opt.progress && *opt.progress != "app" && *opt.progress != "thread") {
+    return UsageError(StrCat("exec: invalid --progress '", *opt.progress, "': must be app or thread"));
+  }
+  if (opt.hugepages && *opt.hugepages != "auto" && *opt.hugepages != "on" && *opt.hugepages != "off") {
+    return UsageError(StrCat("exec: invalid --hugepages '", *opt.hugepages, "': must be auto, on or off"));
+  }
   if (opt.log_level && !ValidLogLevel(*opt.log_level)) {
     return UsageError(StrCat("exec: invalid --log-level '", *opt.log_level,
                                    "': must be one of error warning info debug"));
@@ -349,6 +374,11 @@ int CmdExec(const std::vector<std::string>& args) {
   set("DROCE_MTU", opt.mtu);
   set("DROCE_MAC", opt.mac);
   set("DROCE_LOG_LEVEL", opt.log_level);
+  set("DROCE_GATEWAY", opt.gateway);
+  set("DROCE_VLAN", opt.vlan);
+  set("DROCE_IP6", opt.ip6);
+  set("DROCE_HUGEPAGES", opt.hugepages);
+  set("DROCE_PROGRESS", opt.progress);
 
   // Prepend the provider, keep the other entries (dropping a duplicate of it).
   std::vector<std::string> preload = {*provider};
