@@ -21,24 +21,39 @@ using droce::provider::to_ctx;
 namespace droce::provider {
 namespace {
 
-constexpr const char* kIbdevPath = "/sys/class/infiniband/droce0";
+constexpr const char* kIbdevPrefix = "/sys/class/infiniband/droce";
+// Devices droce can hand out: one per configured link (DROCE_LINK entries).
+constexpr int kMaxDevices = 16;
 
-ibv_device* the_device() {
-  static ibv_device dev = [] {
-    ibv_device d{};
-    d.node_type = IBV_NODE_CA;
-    d.transport_type = IBV_TRANSPORT_IB;
-    std::snprintf(d.name, sizeof(d.name), "droce0");
-    std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs-droce0");
-    std::snprintf(d.dev_path, sizeof(d.dev_path), "/sys/class/infiniband_verbs/uverbs-droce0");
-    std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s", kIbdevPath);
-    return d;
-  }();
-  return &dev;
+// droce<index>; the objects are static, so ibv_device pointers stay valid
+// after ibv_free_device_list as libibverbs guarantees.
+ibv_device* device_at(int index) {
+  static ibv_device devs[kMaxDevices] = {};
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < kMaxDevices; ++i) {
+      ibv_device& d = devs[i];
+      d.node_type = IBV_NODE_CA;
+      d.transport_type = IBV_TRANSPORT_IB;
+      std::snprintf(d.name, sizeof(d.name), "droce%d", i);
+      std::snprintf(d.dev_name, sizeof(d.dev_name), "uverbs-droce%d", i);
+      std::snprintf(d.dev_path, sizeof(d.dev_path), "/sys/class/infiniband_verbs/uverbs-droce%d", i);
+      std::snprintf(d.ibdev_path, sizeof(d.ibdev_path), "%s%d", kIbdevPrefix, i);
+    }
+  });
+  return &devs[index];
+}
+
+// The index of one of droce's devices, or -1.
+int device_index(const ibv_device* device) {
+  for (int i = 0; i < kMaxDevices; ++i) {
+    if (device == device_at(i)) return i;
+  }
+  return -1;
 }
 
 bool is_ours(ibv_context* c) {
-  return c != nullptr && c->device == the_device() && c->abi_compat == __VERBS_ABI_IS_EXTENDED;
+  return c != nullptr && device_index(c->device) >= 0 && c->abi_compat == __VERBS_ABI_IS_EXTENDED;
 }
 
 // Reports a configuration or start-up problem once, on one line.
@@ -170,13 +185,14 @@ ibv_device** ibv_get_device_list(int* num_devices) {
     errno = EINVAL;
     return nullptr;
   }
-  auto** list = static_cast<ibv_device**>(calloc(2, sizeof(ibv_device*)));
+  const int n = std::min(droce::engine::Device::Count(), kMaxDevices);
+  auto** list = static_cast<ibv_device**>(calloc(n + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
     return nullptr;
   }
-  list[0] = the_device();
-  if (num_devices) *num_devices = 1;
+  for (int i = 0; i < n; ++i) list[i] = device_at(i);
+  if (num_devices) *num_devices = n;
   return list;
 }
 
@@ -184,21 +200,23 @@ void ibv_free_device_list(ibv_device** list) { free(list); }
 
 const char* ibv_get_device_name(ibv_device* device) { return device ? device->name : nullptr; }
 
-int ibv_get_device_index(ibv_device* device) { return device == the_device() ? 0 : -1; }
+int ibv_get_device_index(ibv_device* device) { return device_index(device); }
 
 __be64 ibv_get_device_guid(ibv_device* device) {
-  if (device != the_device()) return 0;
-  auto dev = droce::engine::Device::Instance();
+  const int index = device_index(device);
+  if (index < 0) return 0;
+  auto dev = droce::engine::Device::Instance(index);
   if (!dev.ok()) return 0;
   return htobe64(node_guid_host((*dev)->port()));
 }
 
 ibv_context* ibv_open_device(ibv_device* device) {
-  if (device != the_device()) {
+  const int index = device_index(device);
+  if (index < 0) {
     errno = ENODEV;
     return nullptr;
   }
-  auto dev = droce::engine::Device::Instance();
+  auto dev = droce::engine::Device::Instance(index);
   if (!dev.ok()) {
     report_once(std::string(dev.status().message()));
     errno = dev.status().code() == absl::StatusCode::kInvalidArgument ? EINVAL : EIO;
@@ -330,7 +348,7 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
 // libibverbs' version does.
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) return -1;
-  if (std::strncmp(dir, kIbdevPath, std::strlen(kIbdevPath)) == 0) {
+  if (std::strncmp(dir, kIbdevPrefix, std::strlen(kIbdevPrefix)) == 0) {
     std::string f = file;
     std::string value;
     if (f == "board_id") value = "droce";

@@ -90,8 +90,31 @@ absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Config> ConfigFromEnv() {
+namespace {
+
+// DROCE_LINK, DROCE_IP and DROCE_MAC may list one value per device,
+// separated by ';' (DPDK devargs themselves use ',').
+std::vector<std::string> split_devices(const char* value) {
+  std::vector<std::string> out;
+  if (value == nullptr) return out;
+  for (absl::string_view part : absl::StrSplit(value, ';')) {
+    out.emplace_back(part);
+  }
+  while (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+int ConfiguredDeviceCount() {
+  const auto links = split_devices(std::getenv("DROCE_LINK"));
+  return links.empty() ? 1 : static_cast<int>(links.size());
+}
+
+absl::StatusOr<Config> ConfigFromEnv(int index) {
+  if (index < 0 || index >= ConfiguredDeviceCount()) return absl::NotFoundError("no such device");
   Config c;
+  c.index = index;
   auto env = [](const char* name) -> std::optional<std::string> {
     const char* v = std::getenv(name);
     if (v == nullptr || *v == '\0') return std::nullopt;
@@ -107,24 +130,29 @@ absl::StatusOr<Config> ConfigFromEnv() {
     else if (*v == "debug") c.log_level = LogLevel::kDebug;
     else return absl::InvalidArgumentError(absl::StrCat("DROCE_LOG_LEVEL: invalid level '", *v, "'"));
   }
-  if (auto v = env("DROCE_LINK")) c.link = *v;
+  if (auto links = split_devices(std::getenv("DROCE_LINK")); !links.empty()) c.link = links[index];
   if (auto v = env("DROCE_PROGRESS")) {
     if (*v == "app") c.app_progress = true;
     else if (*v == "thread") c.app_progress = false;
     else return absl::InvalidArgumentError(absl::StrCat("DROCE_PROGRESS: invalid mode '", *v, "' (app or thread)"));
   }
-  if (absl::Status s = ParseIpv4Prefix(env("DROCE_IP").value_or(kDefaultIp), &c.ip, &c.prefix_len);
-      !s.ok()) {
-    return prefixed("DROCE_IP", s);
+  {
+    // Device i without an address of its own gets 10.77.i.1/24.
+    const auto ips = split_devices(std::getenv("DROCE_IP"));
+    const std::string ip = static_cast<size_t>(index) < ips.size() && !ips[index].empty()
+                               ? ips[index]
+                               : (index == 0 ? std::string(kDefaultIp) : absl::StrCat("10.77.", index, ".1/24"));
+    if (absl::Status s = ParseIpv4Prefix(ip, &c.ip, &c.prefix_len); !s.ok()) return prefixed("DROCE_IP", s);
   }
   if (auto v = env("DROCE_MTU")) {
     auto m = ParseMtu(*v);
     if (!m.ok()) return prefixed("DROCE_MTU", m.status());
     c.mtu = *m;
   }
-  if (auto v = env("DROCE_MAC")) {
+  if (auto macs = split_devices(std::getenv("DROCE_MAC"));
+      static_cast<size_t>(index) < macs.size() && !macs[index].empty()) {
     wire::MacAddr mac;
-    if (absl::Status s = ParseMac(*v, &mac); !s.ok()) return prefixed("DROCE_MAC", s);
+    if (absl::Status s = ParseMac(macs[index], &mac); !s.ok()) return prefixed("DROCE_MAC", s);
     c.mac = mac;
   }
   if (auto v = env("DROCE_GATEWAY")) {

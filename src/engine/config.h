@@ -14,6 +14,7 @@
 namespace droce::engine {
 
 struct Config {
+  int index = 0;           // device droce<index>
   std::string link;        // DPDK devargs; empty = internal loopback
   uint32_t ip = 0;         // host order
   uint8_t prefix_len = 24;
@@ -53,6 +54,8 @@ absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp);
 // Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL,
 // DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6. The error
 // message names the variable and the bad value.
-absl::StatusOr<Config> ConfigFromEnv();
+absl::StatusOr<Config> ConfigFromEnv(int index = 0);
+// Devices configured: one per ';'-separated DROCE_LINK entry (at least one).
+int ConfiguredDeviceCount();
 
 }  // namespace droce::engine

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -26,18 +27,39 @@ uint8_t ib_mtu_for_link(uint32_t link_mtu) {
 
 }  // namespace
 
-absl::StatusOr<Config> Device::CheckConfig() { return ConfigFromEnv(); }
+absl::StatusOr<Config> Device::CheckConfig() {
+  // Every configured device must parse, so that a bad entry is reported by
+  // ibv_get_device_list rather than later.
+  absl::StatusOr<Config> first = ConfigFromEnv(0);
+  for (int i = 1; first.ok() && i < ConfiguredDeviceCount(); ++i) {
+    if (auto c = ConfigFromEnv(i); !c.ok()) return c.status();
+  }
+  return first;
+}
 
-absl::StatusOr<Device*> Device::Instance() {
-  // Started once; a failed start is remembered and reported to every caller.
-  static absl::StatusOr<Device*> instance = []() -> absl::StatusOr<Device*> {
-    auto cfg = ConfigFromEnv();
-    if (!cfg.ok()) return cfg.status();
-    auto* d = new Device();  // lives until exit: the worker may still run at exit
-    if (absl::Status s = d->Start(*cfg); !s.ok()) return s;
-    return d;
-  }();
-  return instance;
+int Device::Count() { return ConfiguredDeviceCount(); }
+
+absl::StatusOr<Device*> Device::Instance(int index) {
+  // Each device is started once, droce0 first (its worker brings up EAL); a
+  // failed start is remembered and reported to every caller.
+  static std::mutex mu;
+  static std::vector<std::optional<absl::StatusOr<Device*>>> devices;
+  if (index != 0) {
+    if (auto first = Instance(0); !first.ok()) return first.status();
+  }
+  std::lock_guard<std::mutex> l(mu);
+  if (index < 0 || index >= Count()) return absl::NotFoundError("no such droce device");
+  if (devices.size() <= static_cast<size_t>(index)) devices.resize(index + 1);
+  if (!devices[index]) {
+    devices[index] = [&]() -> absl::StatusOr<Device*> {
+      auto cfg = ConfigFromEnv(index);
+      if (!cfg.ok()) return cfg.status();
+      auto* d = new Device();  // lives until exit: the worker may still run at exit
+      if (absl::Status s = d->Start(*cfg); !s.ok()) return s;
+      return d;
+    }();
+  }
+  return *devices[index];
 }
 
 absl::Status Device::Start(const Config& cfg) {
@@ -56,19 +78,22 @@ absl::Status Device::Start(const Config& cfg) {
 
 void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   pthread_setname_np(pthread_self(), "droce-worker");
-  // EAL makes the calling thread its main lcore, so bring it up here.
-  if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) {
-    started->set_value(s);
-    return;
+  // EAL makes the calling thread its main lcore, so droce0's worker brings it
+  // up; the other devices' workers are plain threads on the same EAL.
+  if (cfg.index == 0) {
+    if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) {
+      started->set_value(s);
+      return;
+    }
   }
   io::PortOptions po;
   const bool loopback = cfg.link.empty();
-  po.devargs = loopback ? "net_ring_droce0" : cfg.link;
+  po.devargs = loopback ? absl::StrCat("net_ring_droce", cfg.index) : cfg.link;
   if (absl::Status s = dpdk_.Open(po); !s.ok()) {
     started->set_value(s);
     return;
   }
-  port_.name = "droce0";
+  port_.name = absl::StrCat("droce", cfg.index);
   app_progress_ = cfg.app_progress;
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;

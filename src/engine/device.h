@@ -103,8 +103,11 @@ struct Limits {
 
 class Device : public transport::TransportEnv {
  public:
-  // The process's droce0, started on first use from the DROCE_* environment.
-  static absl::StatusOr<Device*> Instance();
+  // The process's droce<index>, started on first use from the DROCE_*
+  // environment.
+  static absl::StatusOr<Device*> Instance(int index = 0);
+  // Devices configured (DROCE_LINK entries separated by ';').
+  static int Count();
   // Reads and validates the configuration without starting anything.
   static absl::StatusOr<Config> CheckConfig();
 

@@ -1,0 +1,147 @@
+// Two droce devices in one process (DROCE_LINK lists two links): droce0 and
+// droce1 joined by a memif pair inside the process behave as separate
+// devices, and an RC QP on one talks to an RC QP on the other.
+#include <infiniband/verbs.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+class TwoDevices : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Set before the first verbs call: the provider reads it once.
+    const std::string sock = "/tmp/droce-two-devices-" + std::to_string(getpid()) + ".sock";
+    const std::string link = "net_memif0,role=server,socket=" + sock + ",socket-abstract=no;" +
+                             "net_memif1,role=client,socket=" + sock + ",socket-abstract=no";
+    setenv("DROCE_LINK", link.c_str(), 1);
+    setenv("DROCE_IP", "10.77.9.1/24;10.77.9.2/24", 1);
+    unsetenv("DROCE_MAC");
+  }
+};
+
+struct Side {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
+  ibv_gid gid{};
+
+  void Open(ibv_device* dev) {
+    ctx = ibv_open_device(dev);
+    ASSERT_NE(ctx, nullptr);
+    pd = ibv_alloc_pd(ctx);
+    cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(mr, nullptr);
+    ibv_qp_init_attr a{};
+    a.send_cq = a.recv_cq = cq;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.qp_type = IBV_QPT_RC;
+    qp = ibv_create_qp(pd, &a);
+    ASSERT_NE(qp, nullptr);
+    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+  }
+  void Connect(const Side& peer) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = peer.qp->qp_num;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = peer.gid;
+    a.ah_attr.grh.hop_limit = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              0);
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
+              0);
+  }
+  ibv_wc WaitOne() {
+    ibv_wc wc{};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ibv_poll_cq(cq, 1, &wc) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        wc.status = IBV_WC_GENERAL_ERR;
+        break;
+      }
+    }
+    return wc;
+  }
+  void Close() {
+    ibv_destroy_qp(qp);
+    ibv_dereg_mr(mr);
+    ibv_destroy_cq(cq);
+    ibv_dealloc_pd(pd);
+    ibv_close_device(ctx);
+  }
+};
+
+TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 2);
+  EXPECT_STREQ(ibv_get_device_name(list[0]), "droce0");
+  EXPECT_STREQ(ibv_get_device_name(list[1]), "droce1");
+  EXPECT_EQ(ibv_get_device_index(list[1]), 1);
+  Side a, b;
+  a.Open(list[0]);
+  b.Open(list[1]);
+  ibv_free_device_list(list);
+  // Each device has its own address and GUID.
+  EXPECT_NE(std::memcmp(a.gid.raw, b.gid.raw, 16), 0);
+  EXPECT_EQ(a.gid.raw[15], 1);
+  EXPECT_EQ(b.gid.raw[15], 2);
+  a.Connect(b);
+  b.Connect(a);
+  for (int i = 0; i < 50; ++i) {
+    ibv_sge rs{reinterpret_cast<uint64_t>(b.buf.data()), 4096, b.mr->lkey};
+    ibv_recv_wr rw{};
+    rw.wr_id = i;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    ibv_recv_wr* rbad = nullptr;
+    ASSERT_EQ(ibv_post_recv(b.qp, &rw, &rbad), 0);
+    std::memset(a.buf.data(), 'a' + i % 26, 3000);
+    ibv_sge ss{reinterpret_cast<uint64_t>(a.buf.data()), 3000, a.mr->lkey};
+    ibv_send_wr sw{};
+    sw.wr_id = i;
+    sw.sg_list = &ss;
+    sw.num_sge = 1;
+    sw.opcode = IBV_WR_SEND;
+    sw.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* sbad = nullptr;
+    ASSERT_EQ(ibv_post_send(a.qp, &sw, &sbad), 0);
+    ibv_wc r = b.WaitOne();
+    ASSERT_EQ(r.status, IBV_WC_SUCCESS) << i;
+    EXPECT_EQ(r.byte_len, 3000u);
+    EXPECT_EQ(b.buf[2999], 'a' + i % 26);
+    ASSERT_EQ(a.WaitOne().status, IBV_WC_SUCCESS) << i;
+  }
+  a.Close();
+  b.Close();
+}
+
+}  // namespace
