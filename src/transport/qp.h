@@ -261,7 +261,6 @@ class Qp {
   void OnAtomicRequest(const wire::PacketView& pkt, bool duplicate);
   bool SendResponses(unsigned* budget);
   bool BuildReadResponse(Response& r);
-  bool BuildAtomicAck(Response& r);
   bool BuildAck(const Response& r);
   // qp.cc
   bool ModifyAllowed(QpState cur, QpState next, uint32_t mask) const;

@@ -97,8 +97,12 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
   r.dip = pkt.sip;
 }
 
+// An ACK/NAK (AETH with r's syndrome) or, for an atomic, an ATOMIC
+// ACKNOWLEDGE carrying the original value.
 bool Qp::BuildAck(const Response& r) {
-  const wire::OpcodeInfo& info = wire::opcode_info(wire::kRcAck);
+  const bool atomic = r.kind == Response::kAtomicAck;
+  const uint8_t opcode = atomic ? wire::kRcAtomicAck : wire::kRcAck;
+  const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const uint32_t roce_len = info.length + wire::kIcrcLen;
   const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
   TxFrame f;
@@ -107,33 +111,12 @@ bool Qp::BuildAck(const Response& r) {
   path.dip = r.dip;
   const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
   wire::Bth b;
-  b.opcode = wire::kRcAck;
+  b.opcode = opcode;
   b.dqpn = attr_.dest_qpn;
   b.psn = r.psn;
   wire::write_bth(f.data + bth_off, b);
-  wire::write_aeth(f.data + bth_off + info.aeth, {r.syndrome, r.msn});
-  wire::finish_icrc_v4(f.data, frame_len);
-  env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
-  return true;
-}
-
-bool Qp::BuildAtomicAck(Response& r) {
-  const wire::OpcodeInfo& info = wire::opcode_info(wire::kRcAtomicAck);
-  const uint32_t roce_len = info.length + wire::kIcrcLen;
-  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
-  TxFrame f;
-  if (!env_->AllocFrame(frame_len, &f)) return false;
-  wire::Ipv4Path path = PathTo(r.dmac);
-  path.dip = r.dip;
-  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
-  wire::Bth b;
-  b.opcode = wire::kRcAtomicAck;
-  b.dqpn = attr_.dest_qpn;
-  b.psn = r.psn;
-  wire::write_bth(f.data + bth_off, b);
-  wire::write_aeth(f.data + bth_off + info.aeth, wire::Aeth::ack(r.msn));
-  wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
+  wire::write_aeth(f.data + bth_off + info.aeth, atomic ? wire::Aeth::ack(r.msn) : wire::Aeth{r.syndrome, r.msn});
+  if (atomic) wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
   wire::finish_icrc_v4(f.data, frame_len);
   env_->SendFrame(f, frame_len);
   ++env_->Stats().sent_pkts;
@@ -197,11 +180,8 @@ bool Qp::SendResponses(unsigned* budget) {
     bool done = false;
     switch (r.kind) {
       case Response::kAck:
-        if (!BuildAck(r)) return true;
-        done = true;
-        break;
       case Response::kAtomicAck:
-        if (!BuildAtomicAck(r)) return true;
+        if (!BuildAck(r)) return true;
         done = true;
         break;
       case Response::kRead:
