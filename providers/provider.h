@@ -92,6 +92,7 @@ struct Cq {
   std::unique_ptr<cq::CqConsumer> consumer;
   std::mutex poll_mu;
   std::atomic<uint32_t> events_reported{0};
+  std::atomic<uint32_t> async_reported{0};  // IBV_EVENT_CQ_ERR queued for it
   CqAsync async_notifier;
 };
 
@@ -109,6 +110,7 @@ struct Mw {
 struct Srq {
   ibv_srq srq;
   engine::SrqHandle handle;
+  std::atomic<uint32_t> events_reported{0};
   std::mutex mu;
   uint32_t prod = 0;
 };
@@ -118,6 +120,7 @@ inline Srq* to_srq(ibv_srq* s) { return reinterpret_cast<Srq*>(s); }
 struct Qp {
   ibv_qp_ex qpx;  // qpx.qp_base is the ibv_qp
   engine::QpHandle handle;
+  std::atomic<uint32_t> events_reported{0};  // async events queued for it
   uint32_t max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
   std::mutex sq_mu, rq_mu;
   uint32_t sq_prod = 0, rq_prod = 0;
@@ -145,6 +148,21 @@ Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_c
                      int comp_vector);
 bool context_is_ours(ibv_context* c);
 
-void push_async_event(Context* ctx, const ibv_async_event& ev);
+// Queues an async event; false if the queue is full (the event is dropped).
+bool push_async_event(Context* ctx, const ibv_async_event& ev);
+
+bool is_qp_event(ibv_event_type t);
+
+// Removes queued, unread events that `match` (the object is being destroyed).
+template <typename Match>
+void drop_async_events(Context* ctx, Match match, bool qp_events) {
+  std::lock_guard<std::mutex> l(ctx->s->async_mu);
+  auto& q = ctx->s->async_events;
+  for (auto it = q.begin(); it != q.end();) {
+    const bool kind_ok = qp_events ? is_qp_event(it->event_type) : !is_qp_event(it->event_type);
+    if (kind_ok && match(*it)) it = q.erase(it);
+    else ++it;
+  }
+}
 
 }  // namespace droce::provider

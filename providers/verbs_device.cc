@@ -154,17 +154,34 @@ bool context_is_ours(ibv_context* c) { return is_ours(c); }
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
 ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 
-void push_async_event(Context* ctx, const ibv_async_event& ev) {
+bool is_qp_event(ibv_event_type t) {
+  switch (t) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool push_async_event(Context* ctx, const ibv_async_event& ev) {
   {
     // Bounded: an application that never reads its async events must not
     // make the queue grow without limit; the oldest are kept.
     constexpr size_t kMaxAsyncEvents = 4096;
     std::lock_guard<std::mutex> l(ctx->s->async_mu);
-    if (ctx->s->async_events.size() >= kMaxAsyncEvents) return;
+    if (ctx->s->async_events.size() >= kMaxAsyncEvents) return false;
     ctx->s->async_events.push_back(ev);
   }
   const uint64_t one = 1;
   (void)!write(ctx->vctx.context.async_fd, &one, sizeof(one));
+  return true;
 }
 
 namespace {
@@ -378,22 +395,32 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
     errno = EINVAL;
     return -1;
   }
-  uint64_t v;
-  if (read(context->async_fd, &v, sizeof(v)) != sizeof(v)) return -1;  // errno: EAGAIN if O_NONBLOCK
   Context* ctx = to_ctx(context);
-  std::lock_guard<std::mutex> l(ctx->s->async_mu);
-  if (ctx->s->async_events.empty()) {
-    errno = EAGAIN;
-    return -1;
+  for (;;) {
+    uint64_t v;
+    if (read(context->async_fd, &v, sizeof(v)) != sizeof(v)) return -1;  // errno: EAGAIN if O_NONBLOCK
+    std::lock_guard<std::mutex> l(ctx->s->async_mu);
+    // The queue may be shorter than the eventfd count: events of destroyed
+    // objects are dropped unread. Then wait for the next one.
+    if (ctx->s->async_events.empty()) continue;
+    *event = ctx->s->async_events.front();
+    ctx->s->async_events.pop_front();
+    // Counted as reported once read: destroy waits for these to be acked.
+    if (is_qp_event(event->event_type)) {
+      ++to_qp(event->element.qp)->events_reported;
+    } else if (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED || event->event_type == IBV_EVENT_SRQ_ERR) {
+      ++to_srq(event->element.srq)->events_reported;
+    } else if (event->event_type == IBV_EVENT_CQ_ERR) {
+      ++to_cq(event->element.cq)->async_reported;
+    }
+    return 0;
   }
-  *event = ctx->s->async_events.front();
-  ctx->s->async_events.pop_front();
-  return 0;
 }
 
 void ibv_ack_async_event(ibv_async_event* event) {
   if (event == nullptr) return;
-  // CQ and QP async events are counted so destroy can wait for them.
+  // Events for CQs, QPs and SRQs are counted, so that destroying one waits
+  // until its events have been acknowledged (as libibverbs does).
   switch (event->event_type) {
     case IBV_EVENT_CQ_ERR: {
       ibv_cq* cq = event->element.cq;
@@ -401,6 +428,30 @@ void ibv_ack_async_event(ibv_async_event* event) {
       ++cq->async_events_completed;
       pthread_cond_signal(&cq->cond);
       pthread_mutex_unlock(&cq->mutex);
+      break;
+    }
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      pthread_mutex_lock(&qp->mutex);
+      ++qp->events_completed;
+      pthread_cond_signal(&qp->cond);
+      pthread_mutex_unlock(&qp->mutex);
+      break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      pthread_mutex_lock(&srq->mutex);
+      ++srq->events_completed;
+      pthread_cond_signal(&srq->cond);
+      pthread_mutex_unlock(&srq->mutex);
       break;
     }
     default:

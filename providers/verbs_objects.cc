@@ -421,9 +421,14 @@ int ibv_destroy_cq(ibv_cq* cq) {
     return rc;
   }
   // As libibverbs does: wait until every event reported for this CQ has been
-  // acknowledged with ibv_ack_cq_events (ibv_destroy_cq(3)).
+  // acknowledged with ibv_ack_cq_events (ibv_destroy_cq(3)); async events
+  // not yet read are dropped.
+  drop_async_events(to_ctx(cq->context),
+                    [cq](const ibv_async_event& e) { return e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == cq; },
+                    false);
   pthread_mutex_lock(&cq->mutex);
-  while (cq->comp_events_completed != c->events_reported.load(std::memory_order_relaxed)) {
+  while (cq->comp_events_completed != c->events_reported.load(std::memory_order_relaxed) ||
+         cq->async_events_completed != c->async_reported.load(std::memory_order_relaxed)) {
     pthread_cond_wait(&cq->cond, &cq->mutex);
   }
   pthread_mutex_unlock(&cq->mutex);
@@ -532,6 +537,13 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 int ibv_destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
   if (int rc = status_errno(engine_of(qp->context)->DestroyQp(qp->qp_num)); rc != 0) return rc;
+  // No event can be raised for it any more: drop those not yet read, and
+  // wait until those read are acknowledged, as the kernel and libibverbs do.
+  drop_async_events(to_ctx(qp->context), [qp](const ibv_async_event& e) { return e.element.qp == qp; },
+                    /*qp_events=*/true);
+  pthread_mutex_lock(&qp->mutex);
+  while (qp->events_completed != to_qp(qp)->events_reported.load()) pthread_cond_wait(&qp->cond, &qp->mutex);
+  pthread_mutex_unlock(&qp->mutex);
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   delete to_qp(qp);
@@ -600,6 +612,11 @@ int ibv_destroy_srq(ibv_srq* srq) {
   if (srq == nullptr) return EINVAL;
   Srq* s = to_srq(srq);
   if (int rc = status_errno(engine_of(srq->context)->DestroySrq(s->handle.id)); rc != 0) return rc;
+  drop_async_events(to_ctx(srq->context), [srq](const ibv_async_event& e) { return e.element.srq == srq; },
+                    /*qp_events=*/false);
+  pthread_mutex_lock(&srq->mutex);
+  while (srq->events_completed != s->events_reported.load()) pthread_cond_wait(&srq->cond, &srq->mutex);
+  pthread_mutex_unlock(&srq->mutex);
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   delete s;

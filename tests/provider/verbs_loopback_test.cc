@@ -14,7 +14,9 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
+#include <atomic>
 
 #include "droce/droce.h"
 
@@ -960,6 +962,44 @@ TEST_F(Loopback, PostRightAfterPollingTheSendCompletionSucceeds) {
     ASSERT_EQ(Poll(scq_, 1).size(), 1u) << i;
     ASSERT_EQ(Poll(rcq_, 1).size(), 1u) << i;
   }
+}
+
+
+// ibv_destroy_qp waits for the async events of the QP that the application
+// read but did not acknowledge; events never read are dropped (the kernel's
+// and libibverbs' rule).
+TEST_F(Loopback, DestroyQpWaitsForReadButUnackedEvents) {
+  auto drain_to_sqd = [&](ibv_qp* q) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_SQD;
+    attr.en_sqd_async_notify = 1;
+    ASSERT_EQ(ibv_modify_qp(q, &attr, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+    pollfd p{ctx_->async_fd, POLLIN, 0};
+    ASSERT_EQ(poll(&p, 1, 5000), 1);
+  };
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  drain_to_sqd(a);  // an SQ_DRAINED event is queued, never read
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  std::erase(qps_, a);
+  ibv_qp* c = CreateQp(scq_, scq_);
+  ibv_qp* d = CreateQp(scq_, rcq_);
+  Connect(c, d);
+  drain_to_sqd(c);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(ctx_, &ev), 0);
+  ASSERT_EQ(ev.element.qp, c);
+  std::atomic<bool> acked{false};
+  std::thread acker([&] {
+    usleep(100000);
+    acked = true;
+    ibv_ack_async_event(&ev);
+  });
+  EXPECT_EQ(ibv_destroy_qp(c), 0);
+  EXPECT_TRUE(acked.load());  // it returned only after the acknowledgement
+  acker.join();
+  std::erase(qps_, c);
 }
 
 }  // namespace
