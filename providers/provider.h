@@ -153,6 +153,22 @@ bool push_async_event(Context* ctx, const ibv_async_event& ev);
 
 bool is_qp_event(ibv_event_type t);
 
+// The libibverbs acknowledgement protocol for events (comp and async): the
+// ack side adds to a counter under the object's mutex and signals its cond;
+// destroy waits until the counter reaches what was handed out.
+inline void count_acks(pthread_mutex_t* mu, pthread_cond_t* cond, uint32_t* completed, uint32_t n) {
+  pthread_mutex_lock(mu);
+  *completed += n;
+  pthread_cond_signal(cond);
+  pthread_mutex_unlock(mu);
+}
+template <typename Done>
+void wait_acks(pthread_mutex_t* mu, pthread_cond_t* cond, Done done) {
+  pthread_mutex_lock(mu);
+  while (!done()) pthread_cond_wait(cond, mu);
+  pthread_mutex_unlock(mu);
+}
+
 // Removes queued, unread events that `match` (the object is being destroyed).
 template <typename Match>
 void drop_async_events(Context* ctx, Match match, bool qp_events) {

@@ -421,41 +421,15 @@ void ibv_ack_async_event(ibv_async_event* event) {
   if (event == nullptr) return;
   // Events for CQs, QPs and SRQs are counted, so that destroying one waits
   // until its events have been acknowledged (as libibverbs does).
-  switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR: {
-      ibv_cq* cq = event->element.cq;
-      pthread_mutex_lock(&cq->mutex);
-      ++cq->async_events_completed;
-      pthread_cond_signal(&cq->cond);
-      pthread_mutex_unlock(&cq->mutex);
-      break;
-    }
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED: {
-      ibv_qp* qp = event->element.qp;
-      pthread_mutex_lock(&qp->mutex);
-      ++qp->events_completed;
-      pthread_cond_signal(&qp->cond);
-      pthread_mutex_unlock(&qp->mutex);
-      break;
-    }
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED: {
-      ibv_srq* srq = event->element.srq;
-      pthread_mutex_lock(&srq->mutex);
-      ++srq->events_completed;
-      pthread_cond_signal(&srq->cond);
-      pthread_mutex_unlock(&srq->mutex);
-      break;
-    }
-    default:
-      break;
+  if (event->event_type == IBV_EVENT_CQ_ERR) {
+    ibv_cq* cq = event->element.cq;
+    count_acks(&cq->mutex, &cq->cond, &cq->async_events_completed, 1);
+  } else if (is_qp_event(event->event_type)) {
+    ibv_qp* qp = event->element.qp;
+    count_acks(&qp->mutex, &qp->cond, &qp->events_completed, 1);
+  } else if (event->event_type == IBV_EVENT_SRQ_ERR || event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED) {
+    ibv_srq* srq = event->element.srq;
+    count_acks(&srq->mutex, &srq->cond, &srq->events_completed, 1);
   }
 }
 

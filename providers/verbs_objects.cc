@@ -426,12 +426,10 @@ int ibv_destroy_cq(ibv_cq* cq) {
   drop_async_events(to_ctx(cq->context),
                     [cq](const ibv_async_event& e) { return e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == cq; },
                     false);
-  pthread_mutex_lock(&cq->mutex);
-  while (cq->comp_events_completed != c->events_reported.load(std::memory_order_relaxed) ||
-         cq->async_events_completed != c->async_reported.load(std::memory_order_relaxed)) {
-    pthread_cond_wait(&cq->cond, &cq->mutex);
-  }
-  pthread_mutex_unlock(&cq->mutex);
+  wait_acks(&cq->mutex, &cq->cond, [cq, c] {
+    return cq->comp_events_completed == c->events_reported.load(std::memory_order_relaxed) &&
+           cq->async_events_completed == c->async_reported.load(std::memory_order_relaxed);
+  });
   if (cq->channel != nullptr) {
     Channel* ch = reinterpret_cast<Channel*>(cq->channel);
     std::lock_guard<std::mutex> l(ch->mu);
@@ -467,10 +465,7 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
   if (cq == nullptr) return;
-  pthread_mutex_lock(&cq->mutex);
-  cq->comp_events_completed += nevents;
-  pthread_cond_signal(&cq->cond);
-  pthread_mutex_unlock(&cq->mutex);
+  count_acks(&cq->mutex, &cq->cond, &cq->comp_events_completed, nevents);
 }
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
@@ -541,9 +536,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
   // wait until those read are acknowledged, as the kernel and libibverbs do.
   drop_async_events(to_ctx(qp->context), [qp](const ibv_async_event& e) { return e.element.qp == qp; },
                     /*qp_events=*/true);
-  pthread_mutex_lock(&qp->mutex);
-  while (qp->events_completed != to_qp(qp)->events_reported.load()) pthread_cond_wait(&qp->cond, &qp->mutex);
-  pthread_mutex_unlock(&qp->mutex);
+  wait_acks(&qp->mutex, &qp->cond, [qp] { return qp->events_completed == to_qp(qp)->events_reported.load(); });
   pthread_mutex_destroy(&qp->mutex);
   pthread_cond_destroy(&qp->cond);
   delete to_qp(qp);
@@ -614,9 +607,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
   if (int rc = status_errno(engine_of(srq->context)->DestroySrq(s->handle.id)); rc != 0) return rc;
   drop_async_events(to_ctx(srq->context), [srq](const ibv_async_event& e) { return e.element.srq == srq; },
                     /*qp_events=*/false);
-  pthread_mutex_lock(&srq->mutex);
-  while (srq->events_completed != s->events_reported.load()) pthread_cond_wait(&srq->cond, &srq->mutex);
-  pthread_mutex_unlock(&srq->mutex);
+  wait_acks(&srq->mutex, &srq->cond, [srq, s] { return srq->events_completed == s->events_reported.load(); });
   pthread_mutex_destroy(&srq->mutex);
   pthread_cond_destroy(&srq->cond);
   delete s;

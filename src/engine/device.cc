@@ -203,13 +203,13 @@ absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, 
                                       uint32_t access) {
   absl::StatusOr<mem::Mr> r = absl::InternalError("unset");
   RunOnWorker([&] {
-    auto it = pds_.find(pd);
-    if (it == pds_.end()) {
+    uint32_t* uses = PdUses(pd);
+    if (uses == nullptr) {
       r = absl::NotFoundError("no such PD");
       return;
     }
     r = mrs_.Register(pd, addr, iova, len, access);
-    if (r.ok()) ++it->second;
+    if (r.ok()) ++*uses;
   });
   return r;
 }
@@ -227,7 +227,7 @@ absl::Status Device::DeregMr(uint32_t key) {
       s = absl::NotFoundError("no such MR");
       return;
     }
-    if (auto it = pds_.find(pd); it != pds_.end() && it->second > 0) --it->second;
+    ReleasePd(pd);
   });
   return s;
 }
@@ -312,10 +312,10 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   entry->shared = h.shared;
   absl::Status s;
   RunOnWorker([&] {
-    auto pd = pds_.find(a.pd);
+    uint32_t* pd_uses = PdUses(a.pd);
     auto scq = cqs_.find(a.send_cq);
     auto rcq = cqs_.find(a.recv_cq);
-    if (pd == pds_.end() || scq == cqs_.end() || rcq == cqs_.end()) {
+    if (pd_uses == nullptr || scq == cqs_.end() || rcq == cqs_.end()) {
       s = absl::NotFoundError("no such PD or CQ");
       return;
     }
@@ -355,7 +355,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     entry->events = a.events;
     entry->cookie = a.cookie;
     if (srq != nullptr) ++srq->users;
-    ++pd->second;
+    ++*pd_uses;
     ++scq->second.users;
     ++rcq->second.users;
     qps_.emplace(h.qpn, std::move(entry));
@@ -402,7 +402,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     // Drop the QP's references on its CQs and PD.
     if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;
     if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
-    if (auto p = pds_.find(e->pd); p != pds_.end()) --p->second;
+    ReleasePd(e->pd);
     if (auto q = srqs_.find(e->srq); q != srqs_.end()) --q->second.users;
     qps_.erase(it);
   });
@@ -424,8 +424,8 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
   h.ring = queue::Ring::Init(shm->data(), h.max_wr, stride);
   absl::Status s;
   RunOnWorker([&] {
-    auto p = pds_.find(pd);
-    if (p == pds_.end()) {
+    uint32_t* uses = PdUses(pd);
+    if (uses == nullptr) {
       s = absl::NotFoundError("no such PD");
       return;
     }
@@ -437,7 +437,7 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
     e.pd = pd;
     e.events = events;
     e.cookie = cookie;
-    ++p->second;
+    ++*uses;
     srqs_.emplace(h.id, std::move(e));
   });
   if (!s.ok()) return s;
@@ -470,7 +470,7 @@ absl::Status Device::DestroySrq(uint32_t id) {
     if (it == srqs_.end()) s = absl::NotFoundError("no such SRQ");
     else if (it->second.users != 0) s = absl::FailedPreconditionError("SRQ in use by a QP");
     else {
-      if (auto p = pds_.find(it->second.pd); p != pds_.end()) --p->second;
+      ReleasePd(it->second.pd);
       srqs_.erase(it);
     }
   });
@@ -487,14 +487,14 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
   }
   absl::StatusOr<uint32_t> r = absl::InternalError("unset");
   RunOnWorker([&] {
-    auto p = pds_.find(pd);
-    if (p == pds_.end()) {
+    uint32_t* uses = PdUses(pd);
+    if (uses == nullptr) {
       r = absl::NotFoundError("no such PD");
       return;
     }
     const uint32_t id = next_ah_++;
     ahs_.emplace(id, ah);
-    ++p->second;
+    ++*uses;
     r = id;
   });
   return r;
@@ -508,7 +508,7 @@ absl::Status Device::DestroyAh(uint32_t id) {
       s = absl::NotFoundError("no such AH");
       return;
     }
-    if (auto p = pds_.find(it->second.pd); p != pds_.end()) --p->second;
+    ReleasePd(it->second.pd);
     ahs_.erase(it);
   });
   return s;
@@ -528,13 +528,13 @@ bool Device::InvalidateRkey(uint32_t rkey, uint32_t pd) {
 absl::StatusOr<uint32_t> Device::AllocMw(uint32_t pd, uint8_t type) {
   absl::StatusOr<uint32_t> r = absl::InternalError("unset");
   RunOnWorker([&] {
-    auto p = pds_.find(pd);
-    if (p == pds_.end()) {
+    uint32_t* uses = PdUses(pd);
+    if (uses == nullptr) {
       r = absl::NotFoundError("no such PD");
       return;
     }
     r = mrs_.AllocMw(pd, type);
-    if (r.ok()) ++p->second;
+    if (r.ok()) ++*uses;
   });
   return r;
 }
@@ -548,9 +548,18 @@ absl::Status Device::DeallocMw(uint32_t rkey) {
       s = absl::NotFoundError("no such memory window");
       return;
     }
-    if (auto it = pds_.find(pd); it != pds_.end() && it->second > 0) --it->second;
+    ReleasePd(pd);
   });
   return s;
+}
+
+uint32_t* Device::PdUses(uint32_t pd) {
+  auto it = pds_.find(pd);
+  return it == pds_.end() ? nullptr : &it->second;
+}
+
+void Device::ReleasePd(uint32_t pd) {
+  if (uint32_t* uses = PdUses(pd); uses != nullptr && *uses > 0) --*uses;
 }
 
 void Device::DeliverEvents(QpEntry* e) {

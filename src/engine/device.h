@@ -189,12 +189,6 @@ class Device : public transport::TransportEnv {
     std::unique_ptr<cq::CqProducer> producer;
     uint32_t users = 0;
   };
-  struct Neighbor {
-    wire::MacAddr mac{};
-    bool valid = false;
-    uint64_t requested_ns = 0;
-  };
-
   Device() = default;
   absl::Status Start(const Config& cfg);
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);
@@ -214,6 +208,10 @@ class Device : public transport::TransportEnv {
   void IdleBackoff(unsigned idle_loops);
   void Nap(long ns);
   void DeliverEvents(QpEntry* e);
+  // Objects count as users of their PD (worker thread): PdUses is nullptr for
+  // an unknown PD; ReleasePd drops one use.
+  uint32_t* PdUses(uint32_t pd);
+  void ReleasePd(uint32_t pd);
   // arp.cc
   void HandleArp(const uint8_t* f, size_t len);
   void SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip);
@@ -244,7 +242,6 @@ class Device : public transport::TransportEnv {
   absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
   uint32_t next_srq_ = 1;
   uint32_t next_ah_ = 1;
-  absl::flat_hash_map<uint32_t, Neighbor> neighbors_;
   mem::MrTable mrs_;
   std::vector<QpEntry*> active_, timed_;
   uint32_t next_qpn_ = 0x11;

@@ -1002,4 +1002,67 @@ TEST_F(Loopback, DestroyQpWaitsForReadButUnackedEvents) {
   std::erase(qps_, c);
 }
 
+
+// The extended QP API for RDMA: ibv_wr_rdma_write with inline data,
+// ibv_wr_rdma_read and ibv_wr_atomic_fetch_add, in one batch.
+TEST_F(Loopback, WrApiRdmaReadWriteAndAtomics) {
+  uint8_t* region = buf_.data() + 256 * 1024;
+  ibv_mr* remote = ibv_reg_mr(pd_, region, 4096,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_NE(remote, nullptr);
+  ibv_qp_init_attr_ex ax{};
+  ax.send_cq = ax.recv_cq = scq_;
+  ax.cap.max_send_wr = ax.cap.max_recv_wr = 16;
+  ax.cap.max_send_sge = ax.cap.max_recv_sge = 1;
+  ax.cap.max_inline_data = 64;
+  ax.qp_type = IBV_QPT_RC;
+  ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ax.pd = pd_;
+  ax.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  ibv_qp* a = ibv_create_qp_ex(ctx_, &ax);
+  ASSERT_NE(a, nullptr);
+  qps_.push_back(a);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ibv_qp_attr acc{};
+  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  uint64_t word = 40;
+  std::memcpy(region + 2048, &word, 8);
+  std::memset(buf_.data() + 1024, 0, 64);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  char text[] = "written inline";
+  ibv_wr_start(x);
+  x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  x->wr_id = 1;
+  ibv_wr_rdma_write(x, remote->rkey, reinterpret_cast<uint64_t>(region));
+  ibv_wr_set_inline_data(x, text, sizeof(text));
+  x->wr_flags = IBV_SEND_SIGNALED;
+  x->wr_id = 2;
+  ibv_wr_rdma_read(x, remote->rkey, reinterpret_cast<uint64_t>(region));
+  ibv_wr_set_sge(x, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data() + 1024), sizeof(text));
+  x->wr_id = 3;
+  ibv_wr_atomic_fetch_add(x, remote->rkey, reinterpret_cast<uint64_t>(region + 2048), 2);
+  ibv_wr_set_sge(x, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data() + 2048), 8);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto c = Poll(scq_, 3);
+  ASSERT_EQ(c.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c[i].status, IBV_WC_SUCCESS) << i;
+    EXPECT_EQ(c[i].wr_id, static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(std::memcmp(region, text, sizeof(text)), 0);
+  EXPECT_EQ(std::memcmp(buf_.data() + 1024, text, sizeof(text)), 0);
+  uint64_t orig = 0;
+  std::memcpy(&orig, buf_.data() + 2048, 8);
+  EXPECT_EQ(orig, 40u);
+  std::memcpy(&word, region + 2048, 8);
+  EXPECT_EQ(word, 42u);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_dereg_mr(remote), 0);
+}
+
 }  // namespace
