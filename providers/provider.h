@@ -144,6 +144,7 @@ int dealloc_mw(ibv_mw* mw);
 int bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 void init_qp_ex_ops(ibv_qp_ex* qpx);
 void init_cq_ex_ops(Cq* cq);
+int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr);
 Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                      int comp_vector);
 bool context_is_ours(ibv_context* c);

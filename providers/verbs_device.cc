@@ -141,6 +141,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   // Completion timestamps are nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock.
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1'000'000;  // kHz
+  a.cq_mod_caps.max_cq_count = UINT16_MAX;
+  a.cq_mod_caps.max_cq_period = UINT16_MAX;  // microseconds
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
   return 0;
 }
@@ -276,6 +278,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.query_device_ex = query_device_ex;
   v.create_qp_ex = create_qp_ex_op;
   v.create_cq_ex = create_cq_ex_impl;
+  v.modify_cq = modify_cq;
   return &c;
 }
 

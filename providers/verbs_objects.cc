@@ -292,6 +292,16 @@ ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
   return create_qp_common(c, attr->pd, attr, true);
 }
 
+// verbs_context::modify_cq (ibv_modify_cq is an inline wrapper around it).
+int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
+  if (cq == nullptr || attr == nullptr) return EINVAL;
+  if (attr->attr_mask & ~uint32_t{IBV_CQ_ATTR_MODERATE}) return EINVAL;
+  if (!(attr->attr_mask & IBV_CQ_ATTR_MODERATE)) return 0;
+  // cq_mod_caps advertises the whole uint16_t ranges of count and period.
+  return status_errno(to_ctx(cq->context)->s->engine->ModifyCq(
+      to_cq(cq)->handle.id, attr->moderate.cq_count, attr->moderate.cq_period));
+}
+
 }  // namespace droce::provider
 
 using namespace droce::provider;

@@ -35,9 +35,42 @@ bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t arm = ctl_->arm.load(std::memory_order_relaxed);
   if (arm == 0) return true;
-  const bool fire = (arm & kArmNextComp) || solicited || cqe.status != queue::wc::kSuccess;
-  if (fire && ctl_->arm.exchange(0, std::memory_order_acq_rel) != 0 && notifier_ != nullptr) {
+  const bool urgent = cqe.status != queue::wc::kSuccess || (solicited && !(arm & kArmNextComp));
+  if (urgent) {
+    Fire();
+  } else if (arm & kArmNextComp) {
+    // Moderated: hold the event until the count is reached (or Tick fires it
+    // when the period ends).
+    ++held_;
+    if (mod_count_ != 0 ? held_ >= mod_count_ : mod_period_ns_ == 0) Fire();
+  }
+  return true;
+}
+
+void CqProducer::Fire() {
+  held_ = 0;
+  held_since_ns_ = 0;
+  if (ctl_->arm.exchange(0, std::memory_order_acq_rel) != 0 && notifier_ != nullptr) {
     notifier_->NotifyCq(cookie_);
+  }
+}
+
+void CqProducer::SetModeration(uint32_t count, uint64_t period_ns) {
+  mod_count_ = count;
+  mod_period_ns_ = period_ns;
+  // Events held under the old setting are owed now.
+  if (held_ != 0) Fire();
+}
+
+bool CqProducer::Tick(uint64_t now_ns) {
+  if (held_ == 0) return false;
+  if (held_since_ns_ == 0) {
+    held_since_ns_ = now_ns;
+    return true;
+  }
+  if (mod_period_ns_ != 0 && now_ns - held_since_ns_ >= mod_period_ns_) {
+    Fire();
+    return false;
   }
   return true;
 }

@@ -12,6 +12,10 @@
 // application polls again. Either way no completion is left without a wakeup.
 // Clearing the arm is an exchange, so exactly one notification fires per arm
 // (arming is one-shot, IBA 11.4.2.2).
+//
+// Moderation (ibv_modify_cq) only delays the producer's decision to fire: a
+// held-back event stays owed (the arm stays set) until the count is reached
+// or the period ends (CqProducer::Tick), so it cannot be lost either.
 #pragma once
 
 #include <atomic>
@@ -69,6 +73,21 @@ class CqProducer {
   // move its QP to the error state.
   bool Push(const queue::Cqe& cqe, bool solicited);
 
+  // Event moderation (ibv_modify_cq): while armed for the next completion, a
+  // successful completion fires the event only when it is the `count`-th
+  // entered since the arm (count 0: no count limit), or when `period_ns` has
+  // passed since the first of them (period 0: no time limit; checked by
+  // Tick). Unsuccessful completions, and solicited ones on a solicited-only
+  // arm, fire at once. Both 0, or count 1: no moderation.
+  void SetModeration(uint32_t count, uint64_t period_ns);
+  // Whether Tick must be called (a period is set).
+  bool needs_tick() const { return mod_period_ns_ != 0; }
+  // Fires a held-back event whose period has run out. The period is measured
+  // from the first Tick that saw the event held, so it ends up to one tick
+  // late. Returns whether an event is still held.
+  bool Tick(uint64_t now_ns);
+  bool holding() const { return held_ != 0; }
+
   bool full() const { return prod_ - ring_.load_cons_acquire() >= ring_.size(); }
   // Moves to a new region (ibv_resize_cq), carrying over the completions not
   // yet polled and the arm state. The consumer must be idle meanwhile.
@@ -82,6 +101,11 @@ class CqProducer {
   CqNotifier* notifier_;
   uint64_t cookie_;
   uint32_t prod_ = 0;
+  void Fire();
+  uint32_t mod_count_ = 0;
+  uint64_t mod_period_ns_ = 0;
+  uint32_t held_ = 0;           // completions whose event moderation holds back
+  uint64_t held_since_ns_ = 0;  // first Tick that saw them; 0: not yet
 };
 
 // Application side. Callers serialise Poll/Arm per CQ (the provider's lock).

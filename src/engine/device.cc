@@ -255,7 +255,10 @@ absl::Status Device::DestroyCq(uint32_t id) {
     auto it = cqs_.find(id);
     if (it == cqs_.end()) s = absl::NotFoundError("no such CQ");
     else if (it->second.users != 0) s = absl::FailedPreconditionError("CQ in use by a QP");
-    else cqs_.erase(it);
+    else {
+      std::erase(ticked_cqs_, it->second.producer.get());
+      cqs_.erase(it);
+    }
   });
   return s;
 }
@@ -279,6 +282,20 @@ absl::StatusOr<cq::CqRegion*> Device::ResizeCq(uint32_t id, uint32_t min_cqe) {
     r = it->second.region.get();
   });
   return r;
+}
+
+absl::Status Device::ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) {
+  absl::Status s = absl::NotFoundError("no such CQ");
+  RunOnWorker([&] {
+    auto it = cqs_.find(id);
+    if (it == cqs_.end()) return;
+    cq::CqProducer* p = it->second.producer.get();
+    p->SetModeration(count, uint64_t{period_us} * 1000);
+    std::erase(ticked_cqs_, p);
+    if (p->needs_tick()) ticked_cqs_.push_back(p);
+    s = absl::OkStatus();
+  });
+  return s;
 }
 
 absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
@@ -572,7 +589,7 @@ void Device::DeliverEvents(QpEntry* e) {
   if (transport::Srq* srq = e->qp->srq(); srq != nullptr && srq->TakeLimitEvent()) {
     auto it = srqs_.find(e->srq);
     if (it != srqs_.end() && it->second.events != nullptr) {
-      it->second.events->SrqEvent(it->second.cookie, 16 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
+      it->second.events->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
     }
   }
 }

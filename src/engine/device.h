@@ -125,6 +125,8 @@ class Device : public transport::TransportEnv {
   // Replaces the CQ's region with one of at least min_cqe entries; the caller
   // holds the consumer idle and switches it to the returned region.
   absl::StatusOr<cq::CqRegion*> ResizeCq(uint32_t id, uint32_t min_cqe);
+  // Event moderation (ibv_modify_cq; see cq::CqProducer::SetModeration).
+  absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us);
   absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args);
   // Returns 0 or an errno.
   int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
@@ -205,6 +207,8 @@ class Device : public transport::TransportEnv {
   void FlushTx();
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
+  // Whether a CQ holds back a moderated event (the worker must not sleep).
+  bool CqEventHeld() const;
   void IdleBackoff(unsigned idle_loops);
   void Nap(long ns);
   void DeliverEvents(QpEntry* e);
@@ -244,6 +248,7 @@ class Device : public transport::TransportEnv {
   uint32_t next_ah_ = 1;
   mem::MrTable mrs_;
   std::vector<QpEntry*> active_, timed_;
+  std::vector<cq::CqProducer*> ticked_cqs_;  // CQs with a moderation period
   uint32_t next_qpn_ = 0x11;
   uint32_t next_cq_ = 1;
   uint32_t next_pd_ = 1;

@@ -154,7 +154,8 @@ void Device::IdleBackoff(unsigned idle) {
     rte_pause();
     return;
   }
-  if (last_timer_ns_ - last_busy_ns_ < kYieldWindowNs || !timed_.empty() || !active_.empty()) {
+  if (last_timer_ns_ - last_busy_ns_ < kYieldWindowNs || !timed_.empty() || !active_.empty() ||
+      CqEventHeld()) {
     sched_yield();
     return;
   }
@@ -221,6 +222,14 @@ void Device::RunTimers(uint64_t now) {
       timed_.pop_back();
     }
   }
+  for (cq::CqProducer* p : ticked_cqs_) p->Tick(now);
+}
+
+bool Device::CqEventHeld() const {
+  for (const cq::CqProducer* p : ticked_cqs_) {
+    if (p->holding()) return true;
+  }
+  return false;
 }
 
 void Device::HandleFrame(rte_mbuf* m) {

@@ -148,7 +148,7 @@ inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
 bool ipv4_mapped(const uint8_t* gid, uint32_t* ip);
 
 // Asynchronous events a QP raises (values of enum ibv_event_type).
-enum class QpEvent : uint8_t { kFatal = 1, kReqErr = 2, kAccessErr = 3, kCommEst = 4, kSqDrained = 5, kLastWqeReached = 7 };
+enum class QpEvent : uint8_t { kFatal = 1, kReqErr = 2, kAccessErr = 3, kCommEst = 4, kSqDrained = 5, kLastWqeReached = 16 };
 
 class Qp {
  public:

@@ -151,6 +151,20 @@ class Loopback : public ::testing::Test {
   }
   // Takes whatever completions arrive within a short while (e.g. flushes).
   void Drain(ibv_cq* cq) { Poll(cq, 1 << 20, std::chrono::milliseconds(200)); }
+  // The next async event, acknowledged; event_type -1 if none came in time.
+  ibv_async_event NextAsyncEvent(int timeout_ms = 10000) {
+    ibv_async_event ev{};
+    ev.event_type = static_cast<ibv_event_type>(-1);
+    pollfd p{ctx_->async_fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) == 1 && ibv_get_async_event(ctx_, &ev) == 0) ibv_ack_async_event(&ev);
+    return ev;
+  }
+  ibv_qp_state State(ibv_qp* qp) {
+    ibv_qp_attr q{};
+    ibv_qp_init_attr qi{};
+    EXPECT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+    return q.qp_state;
+  }
 
   ibv_context* ctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
@@ -371,6 +385,11 @@ TEST_F(Loopback, ReceiveTooSmallIsLengthErrorOnBothSides) {
   auto s = Poll(scq_, 1);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].status, IBV_WC_REM_INV_REQ_ERR);
+  // IBA 11.6.3.1: the responder reports an invalid request on its QP.
+  const ibv_async_event ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_REQ_ERR);
+  EXPECT_EQ(ev.element.qp, b);
+  EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "the requester's error is a completion, not an event";
 }
 
 TEST_F(Loopback, FullCqRaisesCqErrAndMovesTheQpToError) {
@@ -389,6 +408,10 @@ TEST_F(Loopback, FullCqRaisesCqErrAndMovesTheQpToError) {
   EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
   EXPECT_EQ(ev.element.cq, tiny);
   ibv_ack_async_event(&ev);
+  // The QP whose completion did not fit goes to ERR with QP_FATAL.
+  ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, b);
   // Nothing already in the CQ was lost.
   auto r = Poll(tiny, cap);
   EXPECT_EQ(static_cast<int>(r.size()), cap);
@@ -401,6 +424,170 @@ TEST_F(Loopback, FullCqRaisesCqErrAndMovesTheQpToError) {
   EXPECT_EQ(ibv_destroy_qp(b), 0);
   qps_.pop_back();
   EXPECT_EQ(ibv_destroy_cq(tiny), 0);
+}
+
+TEST_F(Loopback, RemoteAccessViolationRaisesAccessErrOnTheResponder) {
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  // The QP allows RDMA WRITE (without that the request itself is invalid);
+  // the MR behind the rkey does not.
+  ibv_qp_attr acc{};
+  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), 64, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(buf_.data() + 4096);
+  wr.wr.rdma.rkey = mr_->rkey;  // registered without REMOTE_WRITE
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_REM_ACCESS_ERR);
+  const ibv_async_event ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+  EXPECT_EQ(ev.element.qp, b);
+  EXPECT_EQ(State(b), IBV_QPS_ERR);
+  EXPECT_EQ(State(a), IBV_QPS_ERR);
+}
+
+TEST_F(Loopback, FirstPacketInRtrRaisesCommEstOnce) {
+  // IBA 11.6.3.1: a QP in RTR that receives its first packet raises
+  // COMM_EST (connection managers move it to RTS on that event).
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ToInit(a);
+  ToInit(b);
+  ToRtr(a, b->qp_num);
+  ToRtr(b, a->qp_num);
+  ToRts(a);  // b stays in RTR
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostRecv(b, i, 4096 + i * 64, 64), 0);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(a, i, 0, 64), 0);
+  EXPECT_EQ(Poll(rcq_, 3).size(), 3u);
+  EXPECT_EQ(Poll(scq_, 3).size(), 3u);
+  const ibv_async_event ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  EXPECT_EQ(ev.element.qp, b);
+  EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "once per connection, not per packet";
+  EXPECT_EQ(State(b), IBV_QPS_RTR);
+}
+
+TEST_F(Loopback, SrqLimitAndLastWqeReached) {
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 16;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = scq_;
+  qa.recv_cq = rcq_;
+  qa.srq = srq;
+  qa.cap.max_send_wr = 16;
+  qa.cap.max_send_sge = 1;
+  qa.qp_type = IBV_QPT_RC;
+  ibv_qp* r = ibv_create_qp(pd_, &qa);
+  ASSERT_NE(r, nullptr);
+  ibv_qp* s = CreateQp(scq_, scq_);
+  Connect(s, r);
+  for (int i = 0; i < 8; ++i) {
+    ibv_sge sg{reinterpret_cast<uint64_t>(buf_.data() + 8192 + i * 128), 128, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = 100 + i;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  }
+  ibv_srq_attr lim{};
+  lim.srq_limit = 5;
+  ASSERT_EQ(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+  // 8 posted, limit 5: the 4th receive leaves 4 < 5 and fires the event once.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(s, i, 0, 32), 0);
+  EXPECT_EQ(Poll(rcq_, 3).size(), 3u);
+  EXPECT_EQ(NextAsyncEvent(100).event_type, -1) << "5 WQEs left: not below the limit yet";
+  for (int i = 3; i < 6; ++i) ASSERT_EQ(PostSend(s, i, 0, 32), 0);
+  EXPECT_EQ(Poll(rcq_, 3).size(), 3u);
+  ibv_async_event ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.element.srq, srq);
+  EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "the limit disarms when it fires";
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);
+  EXPECT_EQ(Poll(scq_, 6).size(), 6u);
+  // A QP on an SRQ that enters ERR reports its last WQE (IBA 11.6.3.1).
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(r, &err, IBV_QP_STATE), 0);
+  ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+  EXPECT_EQ(ev.element.qp, r);
+  EXPECT_EQ(ibv_destroy_qp(r), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+TEST_F(Loopback, ModifyCqModeratesCompletionEvents) {
+  ibv_device_attr_ex dx{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
+  EXPECT_EQ(dx.cq_mod_caps.max_cq_count, 65535);
+  EXPECT_EQ(dx.cq_mod_caps.max_cq_period, 65535);
+  ibv_modify_cq_attr bad{};
+  bad.attr_mask = 2;
+  EXPECT_EQ(ibv_modify_cq(rcq_, &bad), EINVAL);
+
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  ibv_modify_cq_attr m{};
+  m.attr_mask = IBV_CQ_ATTR_MODERATE;
+  m.moderate.cq_count = 4;
+  m.moderate.cq_period = 0;
+  ASSERT_EQ(ibv_modify_cq(rcq_, &m), 0);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(PostRecv(b, i, 4096 + i * 64, 64), 0);
+  ASSERT_EQ(ibv_req_notify_cq(rcq_, 0), 0);
+  // Three completions: held back.
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(a, i, 0, 16), 0);
+  EXPECT_EQ(Poll(scq_, 3).size(), 3u);
+  pollfd p{channel_->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 100), 0) << "3 of 4 completions";
+  ASSERT_EQ(PostSend(a, 3, 0, 16), 0);
+  ASSERT_EQ(poll(&p, 1, 10000), 1) << "the 4th releases the event";
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(ev_cq, 1);
+  EXPECT_EQ(Poll(rcq_, 4).size(), 4u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+
+  // A period: one completion, far below the count, is reported when the
+  // period runs out.
+  m.moderate.cq_count = 1000;
+  m.moderate.cq_period = 2000;  // 2 ms
+  ASSERT_EQ(ibv_modify_cq(rcq_, &m), 0);
+  ASSERT_EQ(ibv_req_notify_cq(rcq_, 0), 0);
+  ASSERT_EQ(PostSend(a, 4, 0, 16), 0);
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(ev_cq, 1);
+  EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+
+  // Count 1, period 0: every completion again.
+  m.moderate.cq_count = 1;
+  m.moderate.cq_period = 0;
+  ASSERT_EQ(ibv_modify_cq(rcq_, &m), 0);
+  ASSERT_EQ(ibv_req_notify_cq(rcq_, 0), 0);
+  ASSERT_EQ(PostSend(a, 5, 0, 16), 0);
+  ASSERT_EQ(poll(&p, 1, 10000), 1);
+  ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+  ibv_ack_cq_events(ev_cq, 1);
+  EXPECT_EQ(Poll(rcq_, 1).size(), 1u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
 }
 
 TEST_F(Loopback, ExtendedQpPostsThroughWrApi) {

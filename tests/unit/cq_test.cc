@@ -296,6 +296,92 @@ TEST(Cq, ArmReportsMissedEvents) {
   EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0) << "re-arming is idempotent";
 }
 
+// A successful completion (MakeCqe makes every 17th an error).
+Cqe Ok(uint64_t seq) { return WithStatus(seq, wc::kSuccess); }
+
+TEST(CqModeration, CountHoldsTheEventUntilTheNthCompletion) {
+  Cq cq(64);
+  cq.prod->SetModeration(4, 0);
+  uint64_t seq = 0;
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(cq.prod->Push(Ok(seq++), false));
+    EXPECT_EQ(cq.notifier.notifies, round) << "3 of 4";
+    ASSERT_TRUE(cq.prod->Push(Ok(seq++), false));
+    EXPECT_EQ(cq.notifier.notifies, round + 1) << "the 4th fires";
+    ASSERT_TRUE(cq.prod->Push(Ok(seq++), false));
+    EXPECT_EQ(cq.notifier.notifies, round + 1) << "one-shot";
+    EXPECT_EQ(cq.PollAll(), 5);
+  }
+  // Completions entered while disarmed do not count towards the next arm.
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(cq.prod->Push(Ok(seq++), false));
+  EXPECT_EQ(cq.PollAll(), 10);
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+  ASSERT_TRUE(cq.prod->Push(Ok(seq++), false));
+  EXPECT_EQ(cq.notifier.notifies, 3);
+}
+
+TEST(CqModeration, ErrorsAndSolicitedArmsAreNotHeld) {
+  Cq cq(64);
+  cq.prod->SetModeration(100, 0);
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+  ASSERT_TRUE(cq.prod->Push(Ok(0), false));
+  ASSERT_TRUE(cq.prod->Push(WithStatus(1, wc::kRemAccessErr), false));
+  EXPECT_EQ(cq.notifier.notifies, 1) << "an unsuccessful completion fires at once";
+  EXPECT_EQ(cq.cons->Arm(cq::kArmSolicited), 1);
+  ASSERT_TRUE(cq.prod->Push(Ok(2), false));
+  EXPECT_EQ(cq.notifier.notifies, 1);
+  ASSERT_TRUE(cq.prod->Push(Ok(3), true));
+  EXPECT_EQ(cq.notifier.notifies, 2) << "a solicited-only arm is not moderated";
+}
+
+TEST(CqModeration, PeriodFiresAHeldEventFromTick) {
+  Cq cq(64);
+  cq.prod->SetModeration(8, 100'000);
+  ASSERT_TRUE(cq.prod->needs_tick());
+  EXPECT_FALSE(cq.prod->Tick(1'000)) << "nothing held";
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+  ASSERT_TRUE(cq.prod->Push(Ok(0), false));
+  ASSERT_TRUE(cq.prod->Push(Ok(1), false));
+  EXPECT_TRUE(cq.prod->holding());
+  EXPECT_TRUE(cq.prod->Tick(10'000)) << "the period starts at the first tick";
+  EXPECT_TRUE(cq.prod->Tick(109'999));
+  EXPECT_EQ(cq.notifier.notifies, 0);
+  EXPECT_FALSE(cq.prod->Tick(110'000));
+  EXPECT_EQ(cq.notifier.notifies, 1);
+  EXPECT_FALSE(cq.prod->holding());
+  // The count still fires before the period when it is reached first.
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 1);
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(cq.prod->Push(Ok(2 + i), false));
+  EXPECT_EQ(cq.notifier.notifies, 2);
+  EXPECT_FALSE(cq.prod->Tick(200'000));
+}
+
+TEST(CqModeration, PeriodOnlyAndOffSettings) {
+  Cq cq(64);
+  cq.prod->SetModeration(0, 50'000);  // count 0: time only
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(cq.prod->Push(Ok(i), false));
+  EXPECT_EQ(cq.notifier.notifies, 0);
+  EXPECT_TRUE(cq.prod->Tick(1'000));
+  EXPECT_FALSE(cq.prod->Tick(51'000));
+  EXPECT_EQ(cq.notifier.notifies, 1);
+  // Turning moderation off releases a held event at once.
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 1);
+  ASSERT_TRUE(cq.prod->Push(Ok(41), false));
+  EXPECT_EQ(cq.notifier.notifies, 1);
+  cq.prod->SetModeration(0, 0);
+  EXPECT_EQ(cq.notifier.notifies, 2);
+  EXPECT_FALSE(cq.prod->needs_tick());
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 1);
+  ASSERT_TRUE(cq.prod->Push(Ok(42), false));
+  EXPECT_EQ(cq.notifier.notifies, 3) << "unmoderated again";
+  cq.prod->SetModeration(1, 70'000);  // count 1: every completion
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 1);
+  ASSERT_TRUE(cq.prod->Push(Ok(43), false));
+  EXPECT_EQ(cq.notifier.notifies, 4);
+}
+
 // ---------------------------------------------------------------------------
 // Lost-wakeup stress.
 //
