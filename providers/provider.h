@@ -24,6 +24,7 @@ struct ContextEvents : public engine::EventSink {
   Context* ctx = nullptr;
   void QpEvent(uint64_t cookie, int event_type) override;
   void SrqEvent(uint64_t cookie, int event_type) override;
+  void DeviceEvent(int event_type) override;
 };
 
 struct ContextState {

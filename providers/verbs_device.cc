@@ -105,9 +105,11 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->phys_port_cnt = 1;
 }
 
-void fill_port_attr(const engine::PortInfo& p, ibv_port_attr* a) {
+void fill_port_attr(const engine::Device& dev, ibv_port_attr* a) {
+  const engine::PortInfo& p = dev.port();
+  const bool active = dev.port_active();
   std::memset(a, 0, sizeof(*a));
-  a->state = IBV_PORT_ACTIVE;
+  a->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = static_cast<ibv_mtu>(p.active_mtu);
   a->gid_tbl_len = 1;
@@ -120,7 +122,7 @@ void fill_port_attr(const engine::PortInfo& p, ibv_port_attr* a) {
   a->max_vl_num = 1;
   a->active_width = 1;   // 1X
   a->active_speed = 32;  // EDR-class lane, as rxe reports for 25G+ links
-  a->phys_state = 5;     // LinkUp
+  a->phys_state = active ? 5 : 3;  // LinkUp : Disabled
   a->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
 
@@ -128,7 +130,7 @@ int query_port_ex(ibv_context* c, uint8_t port, ibv_port_attr* attr, size_t len)
   if (!is_ours(c) || attr == nullptr) return EINVAL;
   if (port != 1) return EINVAL;
   ibv_port_attr a;
-  fill_port_attr(to_ctx(c)->s->engine->port(), &a);
+  fill_port_attr(*to_ctx(c)->s->engine, &a);
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
   return 0;
 }
@@ -279,6 +281,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_qp_ex = create_qp_ex_op;
   v.create_cq_ex = create_cq_ex_impl;
   v.modify_cq = modify_cq;
+  // Port and device events (after async_fd exists: they are queued on it).
+  ctx->s->engine->AddDeviceSink(&ctx->s->events);
   return &c;
 }
 
@@ -295,6 +299,7 @@ int ibv_close_device(ibv_context* context) {
                                static_cast<unsigned long long>(n), info.description);
     }
   }
+  ctx->s->engine->RemoveDeviceSink(&ctx->s->events);
   close(context->async_fd);
   pthread_mutex_destroy(&context->mutex);
   delete ctx->s;

@@ -127,6 +127,13 @@ void ContextEvents::SrqEvent(uint64_t cookie, int event_type) {
   push_async_event(ctx, ev);
 }
 
+void ContextEvents::DeviceEvent(int event_type) {
+  ibv_async_event ev{};
+  ev.event_type = static_cast<ibv_event_type>(event_type);
+  if (event_type != IBV_EVENT_DEVICE_FATAL) ev.element.port_num = 1;
+  push_async_event(ctx, ev);
+}
+
 void CqAsync::CqError(uint64_t cookie) {
   Cq* cq = reinterpret_cast<Cq*>(cookie);
   ibv_async_event ev{};

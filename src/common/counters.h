@@ -11,6 +11,8 @@ namespace droce {
   X(sent_pkts, "RoCE packets transmitted")                                                 \
   X(rcvd_pkts, "RoCE packets received and accepted by a QP")                               \
   X(tx_dropped, "frames the link refused after retries; the transport retransmits")        \
+  X(link_downed, "times the port's link went down (IBV_EVENT_PORT_ERR)")                   \
+  X(srq_err, "SRQs put in error because their shared ring was corrupt (IBV_EVENT_SRQ_ERR)") \
   X(icrc_err, "received packets dropped because their ICRC was wrong")                     \
   X(malformed_pkts, "received frames to UDP 4791 dropped as malformed (bad length, opcode...)") \
   X(unknown_qp, "received packets for a QPN that does not exist")                          \

@@ -14,6 +14,8 @@
 namespace droce::engine {
 namespace {
 
+absl::Status DeadError() { return absl::UnavailableError("the device failed (IBV_EVENT_DEVICE_FATAL)"); }
+
 // IB MTU usable over an Ethernet MTU: room for IPv4/UDP/BTH, the largest
 // extended header and the ICRC, as rxe computes it (1500 → 1024).
 uint8_t ib_mtu_for_link(uint32_t link_mtu) {
@@ -151,7 +153,14 @@ void Device::RunOnWorker(std::function<void()> fn) {
   {
     std::lock_guard<std::mutex> l(mbox_mu_);
     mbox_.push_back([&] {
-      fn();
+      // An exception must not unwind through the engine loop into the
+      // application, nor leave the caller waiting: the device dies instead
+      // (the calls below check dead() after this returns).
+      try {
+        fn();
+      } catch (const std::exception& ex) {
+        EnterFatal(ex.what());
+      }
       done.set_value();
     });
     mbox_pending_.store(true, std::memory_order_release);
@@ -180,6 +189,7 @@ uint64_t Device::NowNs() {
 }
 
 absl::StatusOr<uint32_t> Device::AllocPd() {
+  if (dead()) return DeadError();
   uint32_t pd = 0;
   RunOnWorker([&] {
     pd = next_pd_++;
@@ -201,6 +211,7 @@ absl::Status Device::DeallocPd(uint32_t pd) {
 
 absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                       uint32_t access) {
+  if (dead()) return DeadError();
   absl::StatusOr<mem::Mr> r = absl::InternalError("unset");
   RunOnWorker([&] {
     uint32_t* uses = PdUses(pd);
@@ -234,6 +245,7 @@ absl::Status Device::DeregMr(uint32_t key) {
 
 absl::StatusOr<CqHandle> Device::CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier,
                                           uint64_t cookie) {
+  if (dead()) return DeadError();
   if (min_cqe == 0 || min_cqe > Limits::kMaxCqe) return absl::InvalidArgumentError("cqe out of range");
   auto region = cq::CqRegion::Create(min_cqe);
   if (!region.ok()) return region.status();
@@ -246,6 +258,7 @@ absl::StatusOr<CqHandle> Device::CreateCq(uint32_t min_cqe, cq::CqNotifier* noti
     e.region = std::move(*region);
     cqs_.emplace(h.id, std::move(e));
   });
+  if (dead()) return DeadError();
   return h;
 }
 
@@ -299,6 +312,7 @@ absl::Status Device::ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) {
 }
 
 absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
+  if (dead()) return DeadError();
   if (a.max_send_wr > Limits::kMaxQpWr || a.max_recv_wr > Limits::kMaxQpWr ||
       a.max_send_sge > Limits::kMaxSge || a.max_recv_sge > Limits::kMaxSge ||
       a.max_inline > Limits::kMaxInline) {
@@ -378,10 +392,16 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     qps_.emplace(h.qpn, std::move(entry));
   });
   if (!s.ok()) return s;
+  if (dead()) return DeadError();
   return h;
 }
 
 int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) {
+  // A dead device's QPs may only be reset or left in error.
+  if (dead() && !((mask & transport::kAttrState) &&
+                  (attr.state == transport::QpState::kErr || attr.state == transport::QpState::kReset))) {
+    return EIO;
+  }
   int rc = 0;
   RunOnWorker([&] {
     auto it = qps_.find(qpn);
@@ -428,6 +448,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
 
 absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge,
                                             uint32_t limit, EventSink* events, uint64_t cookie) {
+  if (dead()) return DeadError();
   if (max_wr == 0 || max_wr > Limits::kMaxQpWr || max_sge == 0 || max_sge > Limits::kMaxSge ||
       limit > max_wr) {
     return absl::InvalidArgumentError("SRQ attributes out of range");
@@ -458,6 +479,7 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
     srqs_.emplace(h.id, std::move(e));
   });
   if (!s.ok()) return s;
+  if (dead()) return DeadError();
   return h;
 }
 
@@ -495,6 +517,7 @@ absl::Status Device::DestroySrq(uint32_t id) {
 }
 
 absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressVector& av) {
+  if (dead()) return DeadError();
   transport::AddressHandle ah;
   ah.av = av;
   ah.pd = pd;
@@ -543,6 +566,7 @@ bool Device::InvalidateRkey(uint32_t rkey, uint32_t pd) {
 }
 
 absl::StatusOr<uint32_t> Device::AllocMw(uint32_t pd, uint8_t type) {
+  if (dead()) return DeadError();
   absl::StatusOr<uint32_t> r = absl::InternalError("unset");
   RunOnWorker([&] {
     uint32_t* uses = PdUses(pd);
@@ -586,11 +610,24 @@ void Device::DeliverEvents(QpEntry* e) {
       if (ev & (1u << t)) e->events->QpEvent(e->cookie, t);
     }
   }
-  if (transport::Srq* srq = e->qp->srq(); srq != nullptr && srq->TakeLimitEvent()) {
-    auto it = srqs_.find(e->srq);
-    if (it != srqs_.end() && it->second.events != nullptr) {
-      it->second.events->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
+  transport::Srq* srq = e->qp->srq();
+  if (srq == nullptr) return;
+  auto it = srqs_.find(e->srq);
+  EventSink* sink = it != srqs_.end() ? it->second.events : nullptr;
+  if (srq->TakeLimitEvent() && sink != nullptr) sink->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
+  if (srq->TakeErrorEvent()) {
+    // IBA 10.2.9.5: an SRQ in error takes every QP attached to it to the
+    // error state (each then reports its last WQE).
+    ++stats_.srq_err;
+    if (sink != nullptr) sink->SrqEvent(it->second.cookie, 14 /* IBV_EVENT_SRQ_ERR */);
+    transport::QpAttr err;
+    err.state = transport::QpState::kErr;
+    for (auto& [qpn, other] : qps_) {
+      if (other->srq != e->srq) continue;
+      other->qp->Modify(err, transport::kAttrState);
+      if (other.get() != e) DeliverEvents(other.get());
     }
+    DeliverEvents(e);
   }
 }
 

@@ -57,6 +57,9 @@ class EventSink {
   virtual ~EventSink() = default;
   virtual void QpEvent(uint64_t cookie, int event_type) = 0;
   virtual void SrqEvent(uint64_t cookie, int event_type) = 0;
+  // Unaffiliated events of the device: IBV_EVENT_PORT_ACTIVE, PORT_ERR (port
+  // 1) and DEVICE_FATAL. Only sinks registered with AddDeviceSink get them.
+  virtual void DeviceEvent(int event_type) { (void)event_type; }
 };
 
 struct QpCreateArgs {
@@ -112,6 +115,18 @@ class Device : public transport::TransportEnv {
   static absl::StatusOr<Config> CheckConfig();
 
   const PortInfo& port() const { return port_; }
+  // The port's state (ibv_query_port): active unless its link went down
+  // after having been up, or the device died. A link that has not come up
+  // yet (a memif waiting for its peer) counts as active: frames wait for it
+  // and RC retries cover the gap, as on a NIC whose link is training.
+  bool port_active() const { return port_active_.load(std::memory_order_relaxed); }
+  // The engine died (IBV_EVENT_DEVICE_FATAL was raised): every QP is in the
+  // error state, the link is no longer used, and calls that would create or
+  // enable objects fail with EIO.
+  bool dead() const { return dead_.load(std::memory_order_acquire); }
+  // Contexts receive the device's unaffiliated events (worker thread).
+  void AddDeviceSink(EventSink* sink);
+  void RemoveDeviceSink(EventSink* sink);
 
   absl::StatusOr<uint32_t> AllocPd();
   absl::Status DeallocPd(uint32_t pd);
@@ -207,6 +222,13 @@ class Device : public transport::TransportEnv {
   void FlushTx();
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
+  // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
+  void PollLinkState();
+  void RaiseDeviceEvent(int event_type);
+  void EnterFatal(const char* why);
+  // PollOnce, turning an exception that escapes the engine into a dead
+  // device instead of unwinding into the application.
+  bool PollOnceGuarded();
   // Whether a CQ holds back a moderated event (the worker must not sleep).
   bool CqEventHeld() const;
   void IdleBackoff(unsigned idle_loops);
@@ -256,6 +278,12 @@ class Device : public transport::TransportEnv {
   std::vector<rte_mbuf*> tx_;
   uint64_t last_timer_ns_ = 0;
   uint64_t last_busy_ns_ = 0;
+  // port_state.cc
+  std::atomic<bool> port_active_{true};
+  std::atomic<bool> dead_{false};
+  bool link_seen_up_ = false;
+  uint64_t last_link_poll_ns_ = 0;
+  std::vector<EventSink*> device_sinks_;
 
   // links & addressing (io/arp/icmp/nd)
   // The neighbour cache (arp.cc): an entry is reachable for kArpReachableNs

@@ -59,7 +59,7 @@ void Device::Loop() {
       idle = 0;
       continue;
     }
-    const bool busy = PollOnce();
+    const bool busy = PollOnceGuarded();
     drive_lock_.store(false, std::memory_order_release);
     if (busy) {
       idle = 0;
@@ -75,7 +75,7 @@ bool Device::TryDrive(bool polling) {
       drive_lock_.exchange(true, std::memory_order_acquire)) {
     return false;
   }
-  const bool busy = PollOnce();
+  const bool busy = PollOnceGuarded();
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
   // posting does not send the worker to sleep.
@@ -113,7 +113,7 @@ bool Device::PollOnce() {
     busy = true;
   }
   rte_mbuf* rx[kRxBurst];
-  const uint16_t n = rte_eth_rx_burst(dpdk_.port_id(), 0, rx, kRxBurst);
+  const uint16_t n = dead() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), 0, rx, kRxBurst);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
     HandleFrame(rx[i]);
@@ -223,6 +223,7 @@ void Device::RunTimers(uint64_t now) {
     }
   }
   for (cq::CqProducer* p : ticked_cqs_) p->Tick(now);
+  PollLinkState();
 }
 
 bool Device::CqEventHeld() const {
@@ -308,7 +309,7 @@ void Device::HandleFrame(rte_mbuf* m) {
 bool Device::AllocFrame(uint32_t len, transport::TxFrame* f) {
   // Back-pressure: while the link refuses frames, stop producing new ones;
   // the transport tries again on a later loop turn instead of losing them.
-  if (len > dpdk_.data_room() || tx_.size() >= kTxHighWater) return false;
+  if (len > dpdk_.data_room() || tx_.size() >= kTxHighWater || dead()) return false;
   rte_mbuf* m = rte_pktmbuf_alloc(dpdk_.pool());
   if (m == nullptr) return false;
   f->data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));

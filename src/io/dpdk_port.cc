@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -317,7 +318,23 @@ absl::Status DpdkPort::SetMac(const wire::MacAddr& mac) {
   return absl::OkStatus();
 }
 
+DpdkPort::LinkState DpdkPort::PollLink() {
+  if (!iface_.empty() && iface_.size() < IFNAMSIZ) {
+    if (ctl_fd_ < 0) ctl_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (ctl_fd_ < 0) return LinkState::kUnknown;
+    ifreq ifr{};
+    std::memcpy(ifr.ifr_name, iface_.data(), iface_.size());
+    if (ioctl(ctl_fd_, SIOCGIFFLAGS, &ifr) != 0) return errno == ENODEV ? LinkState::kGone : LinkState::kUnknown;
+    return (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING) ? LinkState::kUp : LinkState::kDown;
+  }
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port_id_, &link) != 0) return LinkState::kUnknown;
+  return link.link_status == RTE_ETH_LINK_UP ? LinkState::kUp : LinkState::kDown;
+}
+
 void DpdkPort::Close() {
+  if (ctl_fd_ >= 0) close(ctl_fd_);
+  ctl_fd_ = -1;
   if (!open_) return;
   rte_eth_dev_stop(port_id_);
   rte_eth_dev_close(port_id_);

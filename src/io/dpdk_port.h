@@ -55,6 +55,13 @@ class DpdkPort {
   absl::Status Open(const PortOptions& opts);
   void Close();
 
+  // The link's state, polled for the port state: a kernel interface's
+  // (administratively up and with carrier) for af_packet/af_xdp/tap, else
+  // the PMD's link status. kGone: the kernel interface no longer exists.
+  // kUnknown: it could not be read this time.
+  enum class LinkState : uint8_t { kUp, kDown, kGone, kUnknown };
+  LinkState PollLink();
+
   uint16_t port_id() const { return port_id_; }
   rte_mempool* pool() const { return pool_; }
   wire::MacAddr mac() const { return mac_; }
@@ -79,6 +86,7 @@ class DpdkPort {
   uint16_t data_room_ = 0;
   bool virtual_mac_ = false;
   bool open_ = false;
+  int ctl_fd_ = -1;  // for SIOCGIFFLAGS on iface_
   std::string driver_;
   std::string iface_;
 };

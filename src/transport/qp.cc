@@ -56,7 +56,15 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
 }
 
 bool Srq::Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad) {
-  if (cons_ == ring_.load_prod_acquire()) return false;
+  if (failed_) return false;
+  const uint32_t prod = ring_.load_prod_acquire();
+  if (prod == cons_) return false;
+  if (prod - cons_ > ring_.size()) {
+    // Only a program writing the shared ring behind the provider's back can
+    // do this; which WQEs are real is unknowable (IBA 10.2.9.5: SRQ error).
+    failed_ = error_event_ = true;
+    return false;
+  }
   const uint8_t* slot = ring_.slot(cons_);
   std::memcpy(wqe, slot, sizeof(*wqe));
   *bad = wqe->num_sge > std::min(max_sge, max_sge_);

@@ -115,6 +115,15 @@ class Srq {
     return f;
   }
   void Flush() { cons_ = ring_.load_prod_acquire(); ring_.publish_cons(cons_); }
+  // The ring was found corrupt (its producer index more than its capacity
+  // ahead): the SRQ is in error for good and hands out no more WQEs. Set by
+  // Take; the engine raises IBV_EVENT_SRQ_ERR once and fails the QPs on it.
+  bool failed() const { return failed_; }
+  bool TakeErrorEvent() {
+    bool f = error_event_;
+    error_event_ = false;
+    return f;
+  }
 
  private:
   queue::Ring ring_;
@@ -122,6 +131,8 @@ class Srq {
   uint32_t cons_ = 0;
   uint32_t limit_ = 0;
   bool limit_fired_ = false;
+  bool failed_ = false;
+  bool error_event_ = false;
 };
 
 // An address handle (UD destinations).

@@ -19,6 +19,7 @@
 #include <atomic>
 
 #include "droce/droce.h"
+#include "provider.h"  // white-box: the hostile-ring tests
 
 namespace {
 
@@ -527,6 +528,53 @@ TEST_F(Loopback, SrqLimitAndLastWqeReached) {
   ev = NextAsyncEvent();
   EXPECT_EQ(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
   EXPECT_EQ(ev.element.qp, r);
+  EXPECT_EQ(ibv_destroy_qp(r), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+}
+
+TEST_F(Loopback, CorruptSrqRingRaisesSrqErrAndFailsItsQps) {
+  // A program that scribbles on the shared SRQ ring (a producer index far
+  // beyond the capacity) breaks the SRQ, not the engine: IBV_EVENT_SRQ_ERR,
+  // and the QPs on it go to ERR and report their last WQE.
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = scq_;
+  qa.recv_cq = rcq_;
+  qa.srq = srq;
+  qa.cap.max_send_wr = 8;
+  qa.cap.max_send_sge = 1;
+  qa.qp_type = IBV_QPT_RC;
+  ibv_qp* r = ibv_create_qp(pd_, &qa);
+  ASSERT_NE(r, nullptr);
+  ibv_qp* s = CreateQp(scq_, scq_);
+  Connect(s, r);
+  ibv_sge sg{reinterpret_cast<uint64_t>(buf_.data() + 8192), 128, mr_->lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sg;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  ASSERT_EQ(PostSend(s, 1, 0, 32), 0);
+  ASSERT_EQ(Poll(rcq_, 1).size(), 1u);
+  ASSERT_EQ(Poll(scq_, 1).size(), 1u);
+
+  droce::provider::Srq* ps = droce::provider::to_srq(srq);
+  ps->handle.ring.publish_prod(ps->prod + 1000);
+  ASSERT_EQ(PostSend(s, 2, 0, 32), 0);
+  bool srq_err = false, last_wqe = false;
+  for (int i = 0; i < 2; ++i) {
+    const ibv_async_event ev = NextAsyncEvent();
+    if (ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq) srq_err = true;
+    if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == r) last_wqe = true;
+  }
+  EXPECT_TRUE(srq_err);
+  EXPECT_TRUE(last_wqe);
+  EXPECT_EQ(State(r), IBV_QPS_ERR);
   EXPECT_EQ(ibv_destroy_qp(r), 0);
   EXPECT_EQ(ibv_destroy_srq(srq), 0);
 }
