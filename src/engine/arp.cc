@@ -14,7 +14,7 @@ namespace {
 
 constexpr unsigned kArpLen = 28;
 // While unresolved: a broadcast request every 100 ms for as long as someone
-// asks (the requester polls ResolveMac; its QP keeps its WQEs meanwhile).
+// asks (the requester polls ResolveMac4; its QP keeps its WQEs meanwhile).
 constexpr uint64_t kArpRetryNs = 100'000'000;
 // A confirmed entry is used without question this long (Linux's
 // base_reachable_time is 30 s, randomised to 15–45 s; rxe uses the kernel's).
@@ -32,7 +32,12 @@ uint32_t Device::NextHop(uint32_t dip) const {
   return gateway_;
 }
 
-bool Device::ResolveMac(uint32_t dip, wire::MacAddr* mac) {
+bool Device::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) {
+  if (wire::gid_is_ipv4_mapped(dgid.data())) return ResolveMac4(wire::gid_to_ipv4(dgid.data()), mac);
+  return ResolveMac6(dgid, mac);
+}
+
+bool Device::ResolveMac4(uint32_t dip, wire::MacAddr* mac) {
   if (dip == port_.ip) {
     *mac = port_.mac;  // loopback: the link brings our own frames back
     return true;
@@ -85,12 +90,14 @@ void Device::LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create) {
   // The loop's last timer tick is recent enough and cheaper than reading the
   // clock for every received packet.
   n->confirmed_ns = last_timer_ns_ != 0 ? last_timer_ns_ : NowNs();
-  if (!was_valid || moved) {
-    // A resolved neighbour unblocks every requester waiting on it (cold path).
-    for (auto& [qpn, e] : qps_) {
-      (void)qpn;
-      Activate(e.get());
-    }
+  if (!was_valid || moved) ActivateAllQps();
+}
+
+void Device::ActivateAllQps() {
+  // A resolved neighbour unblocks every requester waiting on it.
+  for (auto& [qpn, e] : qps_) {
+    (void)qpn;
+    Activate(e.get());
   }
 }
 

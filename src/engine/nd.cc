@@ -145,6 +145,26 @@ bool Device::ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac) {
   return false;
 }
 
+void Device::LearnNeighbor6(const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create) {
+  // Not our own address, no multicast or unspecified source, no multicast MAC.
+  if (ip == ip6_ || ip[0] == 0xFF || is_unspecified(ip.data()) || (mac[0] & 1) != 0) return;
+  ArpEntry* n;
+  if (create) {
+    n = &nd_[ip];
+  } else {
+    auto it = nd_.find(ip);
+    if (it == nd_.end()) return;
+    n = &it->second;
+  }
+  const bool was_valid = n->valid;
+  const bool moved = was_valid && n->mac != mac;
+  n->mac = mac;
+  n->valid = true;
+  n->probes = 0;
+  n->confirmed_ns = last_timer_ns_ != 0 ? last_timer_ns_ : NowNs();
+  if (!was_valid || moved) ActivateAllQps();
+}
+
 void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
   if (!has_ip6_) return;
   const uint8_t* ip = f + l3;
@@ -189,16 +209,10 @@ void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
     off += olen;
   }
   auto learn = [&](const wire::Ipv6Addr& ip6, const uint8_t* mac, bool create) {
-    if (mac == nullptr || (mac[0] & 1) != 0) return;
-    auto it = nd_.find(ip6);
-    if (it == nd_.end()) {
-      if (!create) return;
-      it = nd_.emplace(ip6, ArpEntry{}).first;
-    }
-    std::memcpy(it->second.mac.data(), mac, 6);
-    it->second.valid = true;
-    it->second.probes = 0;
-    it->second.confirmed_ns = NowNs();
+    if (mac == nullptr) return;
+    wire::MacAddr m;
+    std::memcpy(m.data(), mac, 6);
+    LearnNeighbor6(ip6, m, create);
   };
   if (type == kNeighborSolicit) {
     if (std::memcmp(target, ip6_.data(), 16) != 0) return;
