@@ -146,6 +146,53 @@ class Loopback : public ::testing::Test {
     ibv_send_wr* bad = nullptr;
     return ibv_post_send(qp, &wr, &bad);
   }
+  // Two UC QPs connected through the device's GID at gid_index exchange ten
+  // 3000-byte SENDs.
+  void UcSends(int gid_index) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq_;
+    a.recv_cq = rcq_;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.qp_type = IBV_QPT_UC;
+    ibv_qp* x = ibv_create_qp(pd_, &a);
+    ibv_qp* y = ibv_create_qp(pd_, &a);
+    ASSERT_NE(x, nullptr);
+    ASSERT_NE(y, nullptr);
+    qps_.push_back(x);
+    qps_.push_back(y);
+    for (ibv_qp* q : {x, y}) ToInit(q);
+    // UC RTR needs no MAX_DEST_RD_ATOMIC/MIN_RNR_TIMER; RTS only SQ_PSN.
+    for (auto [q, peer] : {std::pair{x, y}, std::pair{y, x}}) {
+      ibv_qp_attr r{};
+      r.qp_state = IBV_QPS_RTR;
+      r.path_mtu = IBV_MTU_1024;
+      r.dest_qp_num = peer->qp_num;
+      r.ah_attr.is_global = 1;
+      r.ah_attr.port_num = 1;
+      r.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
+      ASSERT_EQ(ibv_query_gid(ctx_, 1, gid_index, &r.ah_attr.grh.dgid), 0);
+      ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+    }
+    for (ibv_qp* q : {x, y}) {
+      ibv_qp_attr r{};
+      r.qp_state = IBV_QPS_RTS;
+      ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    }
+    for (int i = 0; i < 10; ++i) {
+      std::memset(buf_.data(), 'a' + i, 3000);
+      ASSERT_EQ(PostRecv(y, 100 + i, 8192, 4096), 0);
+      ASSERT_EQ(PostSend(x, i, 0, 3000), 0);
+      auto s = Poll(scq_, 1);
+      ASSERT_EQ(s.size(), 1u);
+      EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+      auto r = Poll(rcq_, 1);
+      ASSERT_EQ(r.size(), 1u);
+      EXPECT_EQ(r[0].byte_len, 3000u);
+      EXPECT_EQ(buf_[8192 + 2999], 'a' + i);
+    }
+  }
+
   // Polls until n completions arrived or `limit` passed.
   std::vector<ibv_wc> Poll(ibv_cq* cq, int n, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     std::vector<ibv_wc> out;
@@ -593,49 +640,7 @@ TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
   EXPECT_EQ(ibv_dereg_mr(remote), 0);
 }
 
-TEST_F(Loopback, UcSendAndWrite) {
-  ibv_qp_init_attr a{};
-  a.send_cq = scq_;
-  a.recv_cq = rcq_;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UC;
-  ibv_qp* x = ibv_create_qp(pd_, &a);
-  ibv_qp* y = ibv_create_qp(pd_, &a);
-  ASSERT_NE(x, nullptr);
-  ASSERT_NE(y, nullptr);
-  qps_.push_back(x);
-  qps_.push_back(y);
-  for (ibv_qp* q : {x, y}) ToInit(q);
-  // UC RTR needs no MAX_DEST_RD_ATOMIC/MIN_RNR_TIMER; RTS only SQ_PSN.
-  for (auto [q, peer] : {std::pair{x, y}, std::pair{y, x}}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_RTR;
-    r.path_mtu = IBV_MTU_1024;
-    r.dest_qp_num = peer->qp_num;
-    r.ah_attr.is_global = 1;
-    r.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &r.ah_attr.grh.dgid), 0);
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
-  }
-  for (ibv_qp* q : {x, y}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  }
-  for (int i = 0; i < 10; ++i) {
-    std::memset(buf_.data(), 'a' + i, 3000);
-    ASSERT_EQ(PostRecv(y, 100 + i, 8192, 4096), 0);
-    ASSERT_EQ(PostSend(x, i, 0, 3000), 0);
-    auto s = Poll(scq_, 1);
-    ASSERT_EQ(s.size(), 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
-    auto r = Poll(rcq_, 1);
-    ASSERT_EQ(r.size(), 1u);
-    EXPECT_EQ(r[0].byte_len, 3000u);
-    EXPECT_EQ(buf_[8192 + 2999], 'a' + i);
-  }
-}
+TEST_F(Loopback, UcSendAndWrite) { UcSends(0); }
 
 TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   ibv_qp_init_attr a{};
@@ -1339,6 +1344,8 @@ TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
   EXPECT_EQ(ibv_destroy_ah(back), 0);
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
+
+TEST_F(LoopbackIpv6, UcSendOverGidIndexOne) { UcSends(1); }
 
 TEST_F(LoopbackIpv6, SgidIndexMustMatchTheDestinationFamily) {
   ibv_gid g4{}, g6{}, multicast{}, unspecified{};
