@@ -24,6 +24,7 @@
 #include "common/counters.h"
 #include "cq/cq.h"
 #include "engine/config.h"
+#include "engine/neighbor.h"
 #include "io/dpdk_port.h"
 #include "mem/mr_table.h"
 #include "queue/doorbell.h"
@@ -258,17 +259,6 @@ class Device : public transport::TransportEnv {
   uint64_t last_busy_ns_ = 0;
 
   // links & addressing (io/arp/icmp/nd)
-  // The neighbour cache (arp.cc): an entry is reachable for kArpReachableNs
-  // after its last confirmation (an ARP packet from it, RoCE traffic from
-  // it), then used while being re-probed, and dropped if the probes go
-  // unanswered.
-  struct ArpEntry {
-    wire::MacAddr mac{};
-    bool valid = false;
-    uint8_t probes = 0;         // unanswered requests since the last confirmation
-    uint64_t confirmed_ns = 0;  // last confirmation
-    uint64_t requested_ns = 0;  // last request sent
-  };
   // The next hop for an IPv4 destination: itself on the subnet (or with no
   // gateway configured), else the gateway.
   uint32_t NextHop(uint32_t dip) const;
@@ -299,8 +289,11 @@ class Device : public transport::TransportEnv {
   // Whether a received frame belongs to this port's VLAN (or, without one,
   // is untagged or priority-tagged). `m` may carry a tag the PMD stripped.
   bool VlanAccepts(const rte_mbuf* m, const uint8_t* f, size_t len) const;
-  absl::flat_hash_map<uint32_t, ArpEntry> arp_;
-  absl::flat_hash_map<wire::Ipv6Addr, ArpEntry> nd_;
+  // Neighbour caches (engine/neighbor.h): IPv4 next hops by ARP, IPv6 by ND.
+  using ArpCache = NeighborCache<uint32_t>;
+  using NdCache = NeighborCache<wire::Ipv6Addr>;
+  ArpCache arp_;
+  NdCache nd_;
   bool has_ip6_ = false;
   wire::Ipv6Addr ip6_{};
   uint8_t prefix6_len_ = 64;
