@@ -85,7 +85,7 @@ class LinkEnv : public transport::TransportEnv {
     }
     link_->inflight.push_back({f.data, len});
   }
-  bool ResolveMac(uint32_t, wire::MacAddr* mac) override {
+  bool ResolveMac(const wire::Ipv6Addr&, wire::MacAddr* mac) override {
     *mac = {2, 0, 0, 0, 0, 9};
     return true;
   }

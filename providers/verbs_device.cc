@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include "common/log.h"
 #include "engine/config.h"
@@ -70,6 +71,48 @@ uint64_t node_guid_host(const engine::PortInfo& p) {
          (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
 }
 
+// The port's GID at `index`: 0 the IPv4-mapped address, 1 the IPv6 address
+// (DROCE_IP6); nullptr beyond the table.
+const uint8_t* port_gid(const engine::PortInfo& p, uint64_t index) {
+  return index < p.gid_count ? p.gids[index] : nullptr;
+}
+
+// A GID as the kernel's sysfs shows it (ports/N/gids/M, "%pI6": eight
+// groups of four hex digits).
+std::string gid_text(const uint8_t* g) {
+  char buf[40];
+  std::snprintf(buf, sizeof(buf), "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+                g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
+                g[14], g[15]);
+  return buf;
+}
+
+// The value of one of droce<index>'s sysfs attributes, as the kernel would
+// show it; false for a file droce does not provide. GID attributes start
+// the device (as ibv_get_device_guid does): the table depends on its
+// configuration. gid_attrs/ndevs/N is not provided: droce's GIDs belong to
+// no kernel net device, and the kernel fails that read for such a GID too
+// (libibverbs then reports ndev_ifindex 0).
+bool sysfs_attr(int index, const std::string& file, std::string* value) {
+  if (file == "board_id") *value = "droce";
+  else if (file == "fw_ver") *value = "droce-0.1.0";
+  else if (file == "node_type") *value = "1: CA";
+  else if (file == "hw_rev") *value = "0";
+  else {
+    constexpr std::string_view kGids = "ports/1/gids/", kTypes = "ports/1/gid_attrs/types/";
+    const bool gid = file.starts_with(kGids);
+    if (!gid && !file.starts_with(kTypes)) return false;
+    const std::string num = file.substr(gid ? kGids.size() : kTypes.size());
+    if (num.empty() || num.size() > 3 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+    auto dev = engine::Device::Instance(index);
+    if (!dev.ok()) return false;
+    const uint8_t* g = port_gid((*dev)->port(), std::stoul(num));
+    if (g == nullptr) return false;
+    *value = gid ? gid_text(g) : "RoCE v2";
+  }
+  return true;
+}
+
 void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   std::memset(a, 0, sizeof(*a));
   std::snprintf(a->fw_ver, sizeof(a->fw_ver), "droce-0.1.0");
@@ -112,7 +155,7 @@ void fill_port_attr(const engine::Device& dev, ibv_port_attr* a) {
   a->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = static_cast<ibv_mtu>(p.active_mtu);
-  a->gid_tbl_len = 1;
+  a->gid_tbl_len = static_cast<int>(p.gid_count);
   a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
   a->max_msg_sz = 0x80000000u;
   a->pkey_tbl_len = 1;
@@ -319,8 +362,10 @@ int (ibv_query_port)(ibv_context* context, uint8_t port_num, struct _compat_ibv_
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid) {
-  if (!is_ours(context) || port_num != 1 || index != 0 || gid == nullptr) return -1;
-  std::memcpy(gid->raw, to_ctx(context)->s->engine->port().gid, 16);
+  if (!is_ours(context) || port_num != 1 || index < 0 || gid == nullptr) return -1;
+  const uint8_t* g = port_gid(to_ctx(context)->s->engine->port(), static_cast<unsigned>(index));
+  if (g == nullptr) return -1;
+  std::memcpy(gid->raw, g, 16);
   return 0;
 }
 
@@ -328,10 +373,11 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
   if (!is_ours(context) || flags != 0 || entry == nullptr) return EINVAL;
   if (port_num != 1) return EINVAL;
-  if (gid_index != 0) return ENODATA;
+  const uint8_t* g = port_gid(to_ctx(context)->s->engine->port(), gid_index);
+  if (g == nullptr) return ENODATA;  // beyond the table, as libibverbs documents
   ibv_gid_entry e{};
-  std::memcpy(e.gid.raw, to_ctx(context)->s->engine->port().gid, 16);
-  e.gid_index = 0;
+  std::memcpy(e.gid.raw, g, 16);
+  e.gid_index = gid_index;
   e.port_num = 1;
   e.gid_type = IBV_GID_TYPE_ROCE_V2;
   e.ndev_ifindex = 0;
@@ -339,18 +385,25 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
   return 0;
 }
 
+// Every valid GID; -EINVAL if they do not fit in max_entries (as libibverbs'
+// own implementation answers).
 ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
                              uint32_t flags, size_t entry_size) {
-  if (!is_ours(context) || flags != 0) return -EINVAL;
-  if (max_entries < 1) return -EINVAL;
-  int rc = _ibv_query_gid_ex(context, 1, 0, entries, 0, entry_size);
-  return rc == 0 ? 1 : -rc;
+  if (!is_ours(context) || flags != 0 || entries == nullptr) return -EINVAL;
+  const unsigned n = to_ctx(context)->s->engine->port().gid_count;
+  if (max_entries < n) return -EINVAL;
+  for (unsigned i = 0; i < n; ++i) {
+    auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + i * entry_size);
+    if (int rc = _ibv_query_gid_ex(context, 1, i, e, 0, entry_size); rc != 0) return -rc;
+  }
+  return n;
 }
 
 // rdma-core's private ibv_query_gid_type (IBVERBS_PRIVATE_*), which
 // ibv_devinfo imports; 1 is IBV_GID_TYPE_SYSFS_ROCE_V2.
 int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
-  if (!is_ours(context) || port_num != 1 || index != 0 || type == nullptr) {
+  if (!is_ours(context) || port_num != 1 || type == nullptr ||
+      port_gid(to_ctx(context)->s->engine->port(), index) == nullptr) {
     errno = EINVAL;
     return -1;
   }
@@ -374,14 +427,14 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) return -1;
   if (std::strncmp(dir, kIbdevPrefix, std::strlen(kIbdevPrefix)) == 0) {
-    std::string f = file;
+    const char* num = dir + std::strlen(kIbdevPrefix);
+    char* end = nullptr;
+    const long index = std::strtol(num, &end, 10);
     std::string value;
-    if (f == "board_id") value = "droce";
-    else if (f == "fw_ver") value = "droce-0.1.0";
-    else if (f == "node_type") value = "1: CA";
-    else if (f == "hw_rev") value = "0";
-    else if (f == "ports/1/gid_attrs/types/0") value = "RoCE v2";
-    else return -1;
+    if (end == num || *end != '\0' || index < 0 || index >= kMaxDevices ||
+        !sysfs_attr(static_cast<int>(index), file, &value)) {
+      return -1;
+    }
     const size_t n = std::min(size - 1, value.size());
     std::memcpy(buf, value.data(), n);
     buf[n] = '\0';

@@ -666,8 +666,10 @@ int ibv_destroy_ah(ibv_ah* ah) {
   return 0;
 }
 
-// For RoCEv2 over IPv4 the 40-byte GRH area holds 20 zero bytes and then the
-// IPv4 header (see responder.cc); an IPv6 packet's GRH is its IPv6 header.
+// The 40-byte GRH area of a UD receive holds, for RoCEv2 over IPv6, the IPv6
+// header (version 6 in the first nibble) and, over IPv4, 20 zero bytes and
+// then the IPv4 header (see responder.cc). The AH points back at the sender
+// from the port's address of the same family (GID index 0 or 1).
 int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                         ibv_ah_attr* ah_attr) {
   if (context == nullptr || wc == nullptr || grh == nullptr || ah_attr == nullptr || port_num != 1) {
@@ -683,20 +685,24 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   }
   const auto* raw = reinterpret_cast<const uint8_t*>(grh);
   ah_attr->is_global = 1;
-  if ((raw[20] >> 4) == 4) {
+  ah_attr->grh.hop_limit = 64;
+  if ((raw[0] >> 4) == 6) {
+    const uint32_t vtf = be32toh(grh->version_tclass_flow);
+    std::memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, 16);
+    ah_attr->grh.traffic_class = static_cast<uint8_t>(vtf >> 20);
+    ah_attr->grh.flow_label = vtf & 0xFFFFF;
+    ah_attr->grh.sgid_index = droce::transport::kGidIndexIpv6;
+  } else if ((raw[20] >> 4) == 4) {
     const uint8_t* ip = raw + 20;
     uint8_t* d = ah_attr->grh.dgid.raw;
     d[10] = d[11] = 0xFF;
     std::memcpy(d + 12, ip + 12, 4);  // the sender's address
-    ah_attr->grh.hop_limit = 64;
     ah_attr->grh.traffic_class = ip[1];
+    ah_attr->grh.sgid_index = droce::transport::kGidIndexIpv4;
   } else {
-    std::memcpy(ah_attr->grh.dgid.raw, grh->sgid.raw, 16);
-    ah_attr->grh.hop_limit = 64;
-    ah_attr->grh.traffic_class = static_cast<uint8_t>(be32toh(grh->version_tclass_flow) >> 20);
-    ah_attr->grh.flow_label = be32toh(grh->version_tclass_flow) & 0xFFFFF;
+    errno = EINVAL;  // not a GRH droce wrote
+    return -1;
   }
-  ah_attr->grh.sgid_index = 0;
   return 0;
 }
 

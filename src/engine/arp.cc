@@ -1,7 +1,8 @@
 // ARP (RFC 826) for the device's IPv4 address: answer requests, resolve next
 // hops (the destination on the subnet, else the configured gateway), learn
-// from what we see, expire what is no longer confirmed, and announce the
-// address with a gratuitous ARP when the port comes up.
+// from what we see, expire what is no longer confirmed (the policy is
+// NeighborCache's, engine/neighbor.h), and announce the address with a
+// gratuitous ARP when the port comes up.
 #include <cstring>
 
 #include <rte_mbuf.h>
@@ -13,16 +14,6 @@ namespace droce::engine {
 namespace {
 
 constexpr unsigned kArpLen = 28;
-// While unresolved: a broadcast request every 100 ms for as long as someone
-// asks (the requester polls ResolveMac; its QP keeps its WQEs meanwhile).
-constexpr uint64_t kArpRetryNs = 100'000'000;
-// A confirmed entry is used without question this long (Linux's
-// base_reachable_time is 30 s, randomised to 15–45 s; rxe uses the kernel's).
-constexpr uint64_t kArpReachableNs = 60'000'000'000;
-// After that it is still used, but re-probed with a unicast request once a
-// second; three unanswered probes drop it and resolution starts afresh.
-constexpr uint64_t kArpProbeNs = 1'000'000'000;
-constexpr uint8_t kArpMaxProbes = 3;
 const wire::MacAddr kBroadcast = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
 
 }  // namespace
@@ -32,65 +23,39 @@ uint32_t Device::NextHop(uint32_t dip) const {
   return gateway_;
 }
 
-bool Device::ResolveMac(uint32_t dip, wire::MacAddr* mac) {
+bool Device::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) {
+  if (wire::gid_is_ipv4_mapped(dgid.data())) return ResolveMac4(wire::gid_to_ipv4(dgid.data()), mac);
+  return ResolveMac6(dgid, mac);
+}
+
+bool Device::ResolveMac4(uint32_t dip, wire::MacAddr* mac) {
   if (dip == port_.ip) {
     *mac = port_.mac;  // loopback: the link brings our own frames back
     return true;
   }
   const uint32_t hop = NextHop(dip);
-  ArpEntry& n = arp_[hop];
-  const uint64_t now = NowNs();
-  if (n.valid) {
-    if (now - n.confirmed_ns >= kArpReachableNs && now - n.requested_ns >= kArpProbeNs) {
-      if (n.probes >= kArpMaxProbes) {
-        n.valid = false;  // gone: resolve again from scratch (below)
-        n.probes = 0;
-        n.requested_ns = 0;
-      } else {
-        // Refresh: ask the known MAC directly, keep using it meanwhile.
-        ++n.probes;
-        n.requested_ns = now;
-        SendArp(1, n.mac, hop);
-        ++stats_.arp_requests;
-      }
-    }
-    if (n.valid) {
-      *mac = n.mac;
-      return true;
-    }
-  }
-  if (n.requested_ns == 0 || now - n.requested_ns >= kArpRetryNs) {
-    n.requested_ns = now;
-    SendArp(1, wire::MacAddr{}, hop);
+  const auto r = arp_.Resolve(hop, NowNs());
+  if (r.request != ArpCache::Request::kNone) {
+    // A refresh asks the known MAC directly and keeps using it meanwhile.
+    SendArp(1, r.request == ArpCache::Request::kUnicastProbe ? r.mac : wire::MacAddr{}, hop);
     ++stats_.arp_requests;
   }
-  return false;
+  if (r.resolved) *mac = r.mac;
+  return r.resolved;
 }
 
 void Device::LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create) {
-  if (ip == 0 || ip == port_.ip || (mac[0] & 1) != 0) return;  // no multicast/broadcast MACs
-  ArpEntry* n;
-  if (create) {
-    n = &arp_[ip];
-  } else {
-    auto it = arp_.find(ip);
-    if (it == arp_.end()) return;
-    n = &it->second;
-  }
-  const bool was_valid = n->valid;
-  const bool moved = was_valid && n->mac != mac;
-  n->mac = mac;
-  n->valid = true;
-  n->probes = 0;
+  if (ip == 0 || ip == port_.ip) return;
   // The loop's last timer tick is recent enough and cheaper than reading the
   // clock for every received packet.
-  n->confirmed_ns = last_timer_ns_ != 0 ? last_timer_ns_ : NowNs();
-  if (!was_valid || moved) {
-    // A resolved neighbour unblocks every requester waiting on it (cold path).
-    for (auto& [qpn, e] : qps_) {
-      (void)qpn;
-      Activate(e.get());
-    }
+  if (arp_.Confirm(ip, mac, last_timer_ns_ != 0 ? last_timer_ns_ : NowNs(), create)) ActivateAllQps();
+}
+
+void Device::ActivateAllQps() {
+  // A resolved neighbour unblocks every requester waiting on it.
+  for (auto& [qpn, e] : qps_) {
+    (void)qpn;
+    Activate(e.get());
   }
 }
 

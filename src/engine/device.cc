@@ -78,6 +78,16 @@ absl::Status Device::Start(const Config& cfg) {
   return absl::OkStatus();
 }
 
+transport::PortAddr Device::TransportPort() const {
+  transport::PortAddr p;
+  p.mac = port_.mac;
+  p.ip = port_.ip;
+  p.max_mtu = port_.active_mtu;
+  p.has_ip6 = has_ip6_;
+  p.ip6 = ip6_;
+  return p;
+}
+
 void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   pthread_setname_np(pthread_self(), "droce-worker");
   // EAL makes the calling thread its main lcore, so droce0's worker brings it
@@ -113,12 +123,12 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   // their Ethernet MTU.
   const uint8_t link_cap = (loopback || dpdk_.is_virtual_mac()) ? 5 : ib_mtu_for_link(port_.link_mtu);
   port_.active_mtu = std::min(cfg.mtu, link_cap);
-  std::memset(port_.gid, 0, sizeof(port_.gid));
-  port_.gid[10] = port_.gid[11] = 0xFF;
-  port_.gid[12] = static_cast<uint8_t>(cfg.ip >> 24);
-  port_.gid[13] = static_cast<uint8_t>(cfg.ip >> 16);
-  port_.gid[14] = static_cast<uint8_t>(cfg.ip >> 8);
-  port_.gid[15] = static_cast<uint8_t>(cfg.ip);
+  const wire::Ipv6Addr gid4 = wire::ipv4_to_gid(cfg.ip);
+  std::memcpy(port_.gids[transport::kGidIndexIpv4], gid4.data(), 16);
+  if (cfg.has_ip6) {
+    std::memcpy(port_.gids[transport::kGidIndexIpv6], cfg.ip6.data(), 16);
+    port_.gid_count = 2;
+  }
   tx_.reserve(1024);
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
@@ -377,7 +387,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.send_cq = scq->second.producer.get();
     init.recv_cq = rcq->second.producer.get();
     init.srq = srq != nullptr ? srq->srq.get() : nullptr;
-    init.port = {port_.mac, port_.ip, port_.active_mtu};
+    init.port = TransportPort();
     entry->qp = std::make_unique<transport::Qp>(init, this);
     entry->pd = a.pd;
     entry->send_cq = a.send_cq;
@@ -521,9 +531,9 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
   transport::AddressHandle ah;
   ah.av = av;
   ah.pd = pd;
-  // RoCE address handles need a GRH; droce routes IPv4-mapped GIDs.
-  if (!av.is_global || !transport::ipv4_mapped(av.dgid, &ah.dip) || av.sgid_index != 0) {
-    return absl::InvalidArgumentError("address handle needs an IPv4-mapped GID and sgid_index 0");
+  if (!transport::av_destination(av, TransportPort(), &ah.dgid)) {
+    return absl::InvalidArgumentError(
+        "address handle needs a GRH, an IPv4-mapped GID with sgid_index 0 or an IPv6 GID with sgid_index 1");
   }
   absl::StatusOr<uint32_t> r = absl::InternalError("unset");
   RunOnWorker([&] {

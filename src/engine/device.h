@@ -24,6 +24,7 @@
 #include "common/counters.h"
 #include "cq/cq.h"
 #include "engine/config.h"
+#include "engine/neighbor.h"
 #include "io/dpdk_port.h"
 #include "mem/mr_table.h"
 #include "queue/doorbell.h"
@@ -42,7 +43,11 @@ struct PortInfo {
   uint8_t prefix_len = 24;
   uint8_t active_mtu = 3;  // enum ibv_mtu
   uint32_t link_mtu = 1500;
-  uint8_t gid[16] = {};  // IPv4-mapped
+  // The GID table (all RoCE v2): index 0 the IPv4 address as an IPv4-mapped
+  // GID, index 1 the IPv6 address when DROCE_IP6 is set (transport::PortAddr
+  // routes by the same indexes).
+  uint8_t gids[2][16] = {};
+  unsigned gid_count = 1;
 };
 
 // Per-QP words shared with the provider (after the SQ and RQ rings).
@@ -175,7 +180,7 @@ class Device : public transport::TransportEnv {
   uint64_t NowNs() override;
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
-  bool ResolveMac(uint32_t dip, wire::MacAddr* mac) override;
+  bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;
   mem::MrTable& Mrs() override { return mrs_; }
   bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
   const transport::AddressHandle* FindAh(uint32_t id) override;
@@ -208,6 +213,7 @@ class Device : public transport::TransportEnv {
   };
   Device() = default;
   absl::Status Start(const Config& cfg);
+  transport::PortAddr TransportPort() const;
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);
   // Runs fn on the worker and waits for it.
   void RunOnWorker(std::function<void()> fn);
@@ -286,20 +292,10 @@ class Device : public transport::TransportEnv {
   std::vector<EventSink*> device_sinks_;
 
   // links & addressing (io/arp/icmp/nd)
-  // The neighbour cache (arp.cc): an entry is reachable for kArpReachableNs
-  // after its last confirmation (an ARP packet from it, RoCE traffic from
-  // it), then used while being re-probed, and dropped if the probes go
-  // unanswered.
-  struct ArpEntry {
-    wire::MacAddr mac{};
-    bool valid = false;
-    uint8_t probes = 0;         // unanswered requests since the last confirmation
-    uint64_t confirmed_ns = 0;  // last confirmation
-    uint64_t requested_ns = 0;  // last request sent
-  };
   // The next hop for an IPv4 destination: itself on the subnet (or with no
   // gateway configured), else the gateway.
   uint32_t NextHop(uint32_t dip) const;
+  bool ResolveMac4(uint32_t dip, wire::MacAddr* mac);
   // A confirmed IPv4 → MAC mapping; wakes the QPs waiting on it if it is new.
   void LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create);
   void SendGratuitousArp();
@@ -314,14 +310,23 @@ class Device : public transport::TransportEnv {
   void SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAddr* unicast);
   void SendNeighborAdvert(const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited);
   bool ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac);
+  // A confirmed IPv6 → MAC mapping (ND, RoCE traffic); wakes the QPs waiting
+  // on it if it is new, as LearnNeighbor does.
+  void LearnNeighbor6(const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create);
+  // Puts every QP on the active list (cold path: a neighbour some may wait
+  // for was resolved or moved).
+  void ActivateAllQps();
   // Puts the port's 802.1Q tag in front of a frame about to be sent (no-op
   // without DROCE_VLAN).
   void TagFrame(rte_mbuf* m);
   // Whether a received frame belongs to this port's VLAN (or, without one,
   // is untagged or priority-tagged). `m` may carry a tag the PMD stripped.
   bool VlanAccepts(const rte_mbuf* m, const uint8_t* f, size_t len) const;
-  absl::flat_hash_map<uint32_t, ArpEntry> arp_;
-  absl::flat_hash_map<wire::Ipv6Addr, ArpEntry> nd_;
+  // Neighbour caches (engine/neighbor.h): IPv4 next hops by ARP, IPv6 by ND.
+  using ArpCache = NeighborCache<uint32_t>;
+  using NdCache = NeighborCache<wire::Ipv6Addr>;
+  ArpCache arp_;
+  NdCache nd_;
   bool has_ip6_ = false;
   wire::Ipv6Addr ip6_{};
   uint8_t prefix6_len_ = 64;

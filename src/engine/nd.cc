@@ -4,9 +4,9 @@
 // droce port. Cold path: only frames the RoCE parser turned away as "not
 // UDP" come here.
 //
-// The neighbour cache follows the same policy as ARP (arp.cc): reachable for
-// a while after a confirmation, then re-probed with unicast solicitations
-// and dropped if they go unanswered.
+// The neighbour cache follows the same policy as ARP (NeighborCache,
+// engine/neighbor.h): reachable for a while after a confirmation, then
+// re-probed with unicast solicitations and dropped if they go unanswered.
 #include <algorithm>
 #include <cstring>
 
@@ -27,11 +27,6 @@ constexpr uint8_t kNeighborAdvert = 136;
 constexpr uint8_t kOptSourceLl = 1;
 constexpr uint8_t kOptTargetLl = 2;
 constexpr unsigned kNdLen = 4 + 4 + 16 + 8;  // header, flags, target, one link-layer option
-
-constexpr uint64_t kNdRetryNs = 100'000'000;
-constexpr uint64_t kNdReachableNs = 60'000'000'000;
-constexpr uint64_t kNdProbeNs = 1'000'000'000;
-constexpr uint8_t kNdMaxProbes = 3;
 
 const wire::Ipv6Addr kAllNodes = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
 
@@ -119,30 +114,17 @@ bool Device::ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac) {
     *mac = port_.mac;
     return true;
   }
-  ArpEntry& n = nd_[dip];
-  const uint64_t now = NowNs();
-  if (n.valid) {
-    if (now - n.confirmed_ns >= kNdReachableNs && now - n.requested_ns >= kNdProbeNs) {
-      if (n.probes >= kNdMaxProbes) {
-        n.valid = false;
-        n.probes = 0;
-        n.requested_ns = 0;
-      } else {
-        ++n.probes;
-        n.requested_ns = now;
-        SendNeighborSolicit(dip, &n.mac);
-      }
-    }
-    if (n.valid) {
-      *mac = n.mac;
-      return true;
-    }
-  }
-  if (n.requested_ns == 0 || now - n.requested_ns >= kNdRetryNs) {
-    n.requested_ns = now;
-    SendNeighborSolicit(dip, nullptr);
-  }
-  return false;
+  const auto r = nd_.Resolve(dip, NowNs());
+  if (r.request == NdCache::Request::kUnicastProbe) SendNeighborSolicit(dip, &r.mac);
+  else if (r.request == NdCache::Request::kBroadcast) SendNeighborSolicit(dip, nullptr);
+  if (r.resolved) *mac = r.mac;
+  return r.resolved;
+}
+
+void Device::LearnNeighbor6(const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create) {
+  // Not our own address, no multicast or unspecified source.
+  if (ip == ip6_ || ip[0] == 0xFF || is_unspecified(ip.data())) return;
+  if (nd_.Confirm(ip, mac, last_timer_ns_ != 0 ? last_timer_ns_ : NowNs(), create)) ActivateAllQps();
 }
 
 void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
@@ -189,16 +171,10 @@ void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
     off += olen;
   }
   auto learn = [&](const wire::Ipv6Addr& ip6, const uint8_t* mac, bool create) {
-    if (mac == nullptr || (mac[0] & 1) != 0) return;
-    auto it = nd_.find(ip6);
-    if (it == nd_.end()) {
-      if (!create) return;
-      it = nd_.emplace(ip6, ArpEntry{}).first;
-    }
-    std::memcpy(it->second.mac.data(), mac, 6);
-    it->second.valid = true;
-    it->second.probes = 0;
-    it->second.confirmed_ns = NowNs();
+    if (mac == nullptr) return;
+    wire::MacAddr m;
+    std::memcpy(m.data(), mac, 6);
+    LearnNeighbor6(ip6, m, create);
   };
   if (type == kNeighborSolicit) {
     if (std::memcmp(target, ip6_.data(), 16) != 0) return;

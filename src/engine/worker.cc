@@ -279,7 +279,8 @@ void Device::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
-  if (v.dip != port_.ip) {
+  const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
+  if (!for_port) {
     ++stats_.non_roce_drop;
     rte_pktmbuf_free(m);
     return;
@@ -291,9 +292,11 @@ void Device::HandleFrame(rte_mbuf* m) {
     return;
   }
   QpEntry* e = it->second.get();
-  // Learn the peer's MAC from its traffic: replies need no ARP round trip
-  // (off the subnet, the gateway's MAC is what ARP resolves instead).
-  if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
+  // Learn the peer's MAC from its traffic: replies need no ARP or ND round
+  // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
+  // instead; IPv6 destinations are all on the link).
+  if (v.ipv6) LearnNeighbor6(v.sip6, v.smac, /*create=*/true);
+  else if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
   e->qp->OnPacket(v);
   rte_pktmbuf_free(m);
   DeliverEvents(e);

@@ -28,8 +28,9 @@ class TransportEnv {
   virtual bool AllocFrame(uint32_t len, TxFrame* frame) = 0;
   // Queues a filled frame for transmission at the end of this loop turn.
   virtual void SendFrame(const TxFrame& frame, uint32_t len) = 0;
-  // The next-hop MAC for an IPv4 destination; false while it is being resolved.
-  virtual bool ResolveMac(uint32_t dip, wire::MacAddr* mac) = 0;
+  // The next-hop MAC for a destination GID (IPv4-mapped: by ARP, else by
+  // IPv6 neighbour discovery); false while it is being resolved.
+  virtual bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) = 0;
   virtual mem::MrTable& Mrs() = 0;
   // Invalidates a memory window or invalidatable MR named by `rkey` on `pd`
   // (SEND with invalidate, IBA 10.6.7.2); false if it cannot be invalidated.

@@ -160,10 +160,19 @@ Transition transition(QpType type, QpState cur, QpState next) {
 
 }  // namespace
 
-bool ipv4_mapped(const uint8_t* gid, uint32_t* ip) {
-  static constexpr uint8_t kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
-  if (std::memcmp(gid, kPrefix, 12) != 0) return false;
-  *ip = (uint32_t{gid[12]} << 24) | (uint32_t{gid[13]} << 16) | (uint32_t{gid[14]} << 8) | gid[15];
+bool av_destination(const AddressVector& av, const PortAddr& port, wire::Ipv6Addr* dgid) {
+  if (!av.is_global) return false;
+  if (wire::gid_is_ipv4_mapped(av.dgid)) {
+    if (av.sgid_index != kGidIndexIpv4) return false;
+  } else {
+    if (av.sgid_index != kGidIndexIpv6 || !port.has_ip6) return false;
+    // ff00::/8 (RFC 4291 2.7): UD multicast is not implemented, and a
+    // connected QP never has a multicast peer.
+    if (av.dgid[0] == 0xFF) return false;
+    static constexpr uint8_t kUnspecified[16] = {};
+    if (std::memcmp(av.dgid, kUnspecified, 16) == 0) return false;
+  }
+  std::memcpy(dgid->data(), av.dgid, 16);
   return true;
 }
 
@@ -187,11 +196,8 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   if ((mask & kAttrRetryCnt) && a.retry_cnt > 7) return EINVAL;
   if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
   if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
-  uint32_t dip = dip_;
-  if (mask & kAttrAv) {
-    // RoCE needs a GRH; droce routes IPv4-mapped GIDs in this release.
-    if (!a.av.is_global || !ipv4_mapped(a.av.dgid, &dip) || a.av.sgid_index != 0) return EINVAL;
-  }
+  wire::Ipv6Addr dgid = dgid_;
+  if ((mask & kAttrAv) && !av_destination(a.av, port_, &dgid)) return EINVAL;
   if ((mask & kAttrQkey) && type_ != QpType::kUd) return EINVAL;
 
   if (mask & kAttrAccessFlags) attr_.access_flags = a.access_flags;
@@ -200,7 +206,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrQkey) attr_.qkey = a.qkey;
   if (mask & kAttrAv) {
     attr_.av = a.av;
-    dip_ = dip;
+    dgid_ = dgid;
     mac_valid_ = false;
   }
   if (mask & kAttrPathMtu) attr_.path_mtu = a.path_mtu < port_.max_mtu ? a.path_mtu : port_.max_mtu;
@@ -365,15 +371,22 @@ bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
   return false;
 }
 
-wire::Ipv4Path Qp::PathTo(const wire::MacAddr& dmac) const {
-  wire::Ipv4Path p;
+wire::Path Qp::PathTo(const wire::MacAddr& dmac, const wire::Ipv6Addr& dgid, const AddressVector& av) const {
+  wire::Path p;
   p.dmac = dmac;
   p.smac = port_.mac;
-  p.sip = port_.ip;
-  p.dip = dip_;
+  p.ipv6 = !wire::gid_is_ipv4_mapped(dgid.data());
+  if (p.ipv6) {
+    p.sip6 = port_.ip6;
+    p.dip6 = dgid;
+    p.flow_label = av.flow_label;
+  } else {
+    p.sip = port_.ip;
+    p.dip = wire::gid_to_ipv4(dgid.data());
+  }
   p.udp_sport = udp_sport_;
-  p.tos = attr_.av.traffic_class;
-  p.ttl = attr_.av.hop_limit ? attr_.av.hop_limit : 64;
+  p.tos = av.traffic_class;
+  p.ttl = av.hop_limit ? av.hop_limit : 64;
   return p;
 }
 

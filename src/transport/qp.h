@@ -88,12 +88,18 @@ struct QpCaps {
   uint32_t max_inline = 0;
 };
 
-// The port a QP sends from.
+// The port a QP sends from. Its GID table (the provider reports the same):
+// index 0 is the IPv4 address as an IPv4-mapped GID, index 1 the IPv6
+// address if the port has one; both are RoCE v2 GIDs.
 struct PortAddr {
   wire::MacAddr mac{};
   uint32_t ip = 0;        // host order
   uint8_t max_mtu = 3;    // active_mtu as enum ibv_mtu
+  bool has_ip6 = false;
+  wire::Ipv6Addr ip6{};
 };
+inline constexpr uint8_t kGidIndexIpv4 = 0;
+inline constexpr uint8_t kGidIndexIpv6 = 1;
 
 // A shared receive queue: one ring of receive WQEs that several QPs of one
 // worker consume (IBA 10.2.9). Owned by the worker.
@@ -138,7 +144,7 @@ class Srq {
 // An address handle (UD destinations).
 struct AddressHandle {
   AddressVector av;
-  uint32_t dip = 0;  // host order, from the IPv4-mapped GID
+  wire::Ipv6Addr dgid{};  // from av_destination
   uint32_t pd = 0;
 };
 
@@ -156,7 +162,12 @@ struct QpInit {
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
-bool ipv4_mapped(const uint8_t* gid, uint32_t* ip);
+// The destination GID of an address vector, checked against the port's GID
+// table: RoCE needs a GRH, and the source GID index must name the port's
+// address of the destination's family (an IPv4-mapped GID goes from index
+// 0, any other from index 1). An unspecified or multicast IPv6 destination
+// is refused too. False means EINVAL.
+bool av_destination(const AddressVector& av, const PortAddr& port, wire::Ipv6Addr* dgid);
 
 // Asynchronous events a QP raises (values of enum ibv_event_type).
 enum class QpEvent : uint8_t { kFatal = 1, kReqErr = 2, kAccessErr = 3, kCommEst = 4, kSqDrained = 5, kLastWqeReached = 16 };
@@ -205,7 +216,7 @@ class Qp {
     uint32_t read_restart = 0;  // READ: response index the last (re)issued request started at
     bool done = false;        // READ/atomic: response received
     bool rd_counted = false;  // counted in rd_atomic_inflight_
-    uint32_t dip = 0;         // UD: destination
+    wire::Ipv6Addr dgid{};    // UD: destination
     uint32_t remote_qpn = 0;  // UD
     uint32_t remote_qkey = 0; // UD
     AddressVector av;         // UD
@@ -229,7 +240,7 @@ class Qp {
     bool finished = false;   // READ: the last packet has been sent
     uint64_t orig = 0;       // atomic result
     wire::MacAddr dmac{};
-    uint32_t dip = 0;
+    wire::Ipv6Addr dgid{};   // the requester's address (the request's source)
   };
   struct AtomicRecord {
     uint32_t psn = 0;
@@ -281,7 +292,9 @@ class Qp {
   bool PushSendCqe(const queue::Cqe& cqe);
   bool RetireSendWqe(const queue::Cqe* cqe);
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
-  wire::Ipv4Path PathTo(const wire::MacAddr& dmac) const;
+  // Outer headers to `dgid` (IPv4-mapped: IPv4, else IPv6) from the port's
+  // address of that family, with the GRH fields of `av`.
+  wire::Path PathTo(const wire::MacAddr& dmac, const wire::Ipv6Addr& dgid, const AddressVector& av) const;
   void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
 
   uint32_t qpn_;
@@ -296,7 +309,7 @@ class Qp {
   PortAddr port_;
   TransportEnv* env_;
   QpAttr attr_;
-  uint32_t dip_ = 0;
+  wire::Ipv6Addr dgid_{};  // RC/UC destination, from the address vector
   uint16_t udp_sport_ = 0xC000;
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;

@@ -101,7 +101,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     const AddressHandle* ah = env_->FindAh(w.ah);
     if (ah == nullptr || ah->pd != pd_) return queue::wc::kLocQpOpErr;
     if (total > mtu) return queue::wc::kLocLenErr;  // one packet per UD message
-    ctx.dip = ah->dip;
+    ctx.dgid = ah->dgid;
     ctx.av = ah->av;
     ctx.remote_qpn = w.remote_qpn & wire::kPsnMask;
     // A Q_Key with the high bit set means "use the QP's own" (IBA 10.2.5).
@@ -185,18 +185,17 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   const uint32_t len = rd ? 0 : (last ? ctx.total_len - offset : mtu);
   const uint32_t pad = (4 - (len & 3)) & 3;
   const uint32_t roce_len = info.length + len + pad + wire::kIcrcLen;
-  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  wire::Path path;
+  if (type_ == QpType::kUd) {
+    path = PathTo(dmac_, ctx.dgid, ctx.av);
+    path.udp_sport = wire::udp_sport_for_qp(qpn_, ctx.remote_qpn);
+  } else {
+    path = PathTo(dmac_, dgid_, attr_.av);
+  }
+  const uint32_t frame_len = wire::outer_len(path) + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;
-
-  wire::Ipv4Path path = PathTo(dmac_);
-  if (type_ == QpType::kUd) {
-    path.dip = ctx.dip;
-    path.tos = ctx.av.traffic_class;
-    path.ttl = ctx.av.hop_limit ? ctx.av.hop_limit : 64;
-    path.udp_sport = wire::udp_sport_for_qp(qpn_, ctx.remote_qpn);
-  }
-  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  const unsigned bth_off = wire::write_outer(f.data, path, roce_len, ip_id_++);
   uint8_t* bth = f.data + bth_off;
   wire::Bth b;
   b.opcode = opcode;
@@ -240,7 +239,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
     }
   }
   std::memset(payload + len, 0, pad);
-  wire::finish_icrc_v4(f.data, frame_len);
+  wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
   ++env_->Stats().sent_pkts;
   return true;
@@ -338,7 +337,7 @@ bool Qp::PollSend(unsigned budget) {
     return more;
   }
   if (type_ != QpType::kUd && !mac_valid_) {
-    if (!env_->ResolveMac(dip_, &dmac_)) return WaitForNeighbor();
+    if (!env_->ResolveMac(dgid_, &dmac_)) return WaitForNeighbor();
     mac_valid_ = true;
     resolving_since_ns_ = 0;
   }
@@ -368,7 +367,7 @@ bool Qp::PollSend(unsigned budget) {
       }
     }
     if (type_ == QpType::kUd && send_pkt_ == 0) {
-      if (!env_->ResolveMac(ctx.dip, &dmac_)) return true;
+      if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
     }
     if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
       last_progress_ns_ = env_->NowNs();  // the timer starts with the first packet

@@ -31,7 +31,7 @@ void Qp::SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   r.msn = aeth.msn;
   r.syndrome = aeth.syndrome;
   r.dmac = req.smac;
-  r.dip = req.sip;
+  r.dgid = req.sip6;
   BuildAck(r);  // if no buffer is free the requester's timer recovers
 }
 
@@ -60,7 +60,7 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   r.msn = aeth.msn;
   r.syndrome = aeth.syndrome;
   r.dmac = req.smac;
-  r.dip = req.sip;
+  r.dgid = req.sip6;
 }
 
 bool Qp::TakeRecvWqe(bool* bad) {
@@ -380,8 +380,9 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
 }
 
 // UD (IBA 9.8.4, annex A17.4.5.1): one packet per message; the receive
-// buffer starts with a 40-byte GRH, which for RoCEv2 over IPv4 holds 20 zero
-// bytes followed by the IPv4 header, as rxe and RoCE NICs write it.
+// buffer starts with a 40-byte GRH: for RoCEv2 over IPv6 the IPv6 header as
+// received, over IPv4 20 zero bytes followed by the IPv4 header, as rxe and
+// RoCE NICs write them.
 void Qp::OnUdRequest(const wire::PacketView& pkt) {
   Counters& st = env_->Stats();
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
@@ -411,7 +412,8 @@ void Qp::OnUdRequest(const wire::PacketView& pkt) {
     return;
   }
   uint8_t grh[40] = {};
-  std::memcpy(grh + 20, pkt.frame.data() + pkt.l3_offset, wire::kIpv4Len);
+  if (pkt.ipv6) std::memcpy(grh, pkt.frame.data() + pkt.l3_offset, wire::kIpv6Len);
+  else std::memcpy(grh + 20, pkt.frame.data() + pkt.l3_offset, wire::kIpv4Len);
   uint8_t status = queue::wc::kSuccess;
   if (!Scatter(grh, sizeof(grh), &status) || !Scatter(pkt.payload, pkt.payload_len, &status)) {
     CompleteRecv(status, false, nullptr, false);

@@ -38,7 +38,7 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
   r.rkey = reth.rkey;
   r.remaining = reth.dma_len;
   r.dmac = pkt.smac;
-  r.dip = pkt.sip;
+  r.dgid = pkt.sip6;
 }
 
 void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
@@ -94,7 +94,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
   r.msn = msn_;
   r.orig = orig;
   r.dmac = pkt.smac;
-  r.dip = pkt.sip;
+  r.dgid = pkt.sip6;
 }
 
 // An ACK/NAK (AETH with r's syndrome) or, for an atomic, an ATOMIC
@@ -104,12 +104,11 @@ bool Qp::BuildAck(const Response& r) {
   const uint8_t opcode = atomic ? wire::kRcAtomicAck : wire::kRcAck;
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const uint32_t roce_len = info.length + wire::kIcrcLen;
-  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  const wire::Path path = PathTo(r.dmac, r.dgid, attr_.av);
+  const uint32_t frame_len = wire::outer_len(path) + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;
-  wire::Ipv4Path path = PathTo(r.dmac);
-  path.dip = r.dip;
-  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  const unsigned bth_off = wire::write_outer(f.data, path, roce_len, ip_id_++);
   wire::Bth b;
   b.opcode = opcode;
   b.dqpn = attr_.dest_qpn;
@@ -117,7 +116,7 @@ bool Qp::BuildAck(const Response& r) {
   wire::write_bth(f.data + bth_off, b);
   wire::write_aeth(f.data + bth_off + info.aeth, atomic ? wire::Aeth::ack(r.msn) : wire::Aeth{r.syndrome, r.msn});
   if (atomic) wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
-  wire::finish_icrc_v4(f.data, frame_len);
+  wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
   ++env_->Stats().sent_pkts;
   return true;
@@ -146,12 +145,11 @@ bool Qp::BuildReadResponse(Response& r) {
   }
   const uint32_t pad = (4 - (len & 3)) & 3;
   const uint32_t roce_len = info.length + len + pad + wire::kIcrcLen;
-  const uint32_t frame_len = wire::kRoceV4HeadLen + roce_len;
+  const wire::Path path = PathTo(r.dmac, r.dgid, attr_.av);
+  const uint32_t frame_len = wire::outer_len(path) + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;
-  wire::Ipv4Path path = PathTo(r.dmac);
-  path.dip = r.dip;
-  const unsigned bth_off = wire::write_outer_v4(f.data, path, roce_len, ip_id_++);
+  const unsigned bth_off = wire::write_outer(f.data, path, roce_len, ip_id_++);
   uint8_t* bth = f.data + bth_off;
   wire::Bth b;
   b.opcode = opcode;
@@ -162,7 +160,7 @@ bool Qp::BuildReadResponse(Response& r) {
   if (info.aeth) wire::write_aeth(bth + info.aeth, wire::Aeth::ack(r.msn));
   if (len != 0) std::memcpy(bth + info.payload, host, len);
   std::memset(bth + info.payload + len, 0, pad);
-  wire::finish_icrc_v4(f.data, frame_len);
+  wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
   ++env_->Stats().sent_pkts;
   r.psn = wire::psn_add(r.psn, 1);

@@ -11,6 +11,9 @@
 #   Passes if both exit 0 and print a line matching `bytes in .* seconds`.
 #   DROCE_TEST_VLAN=ID: both droce ports tag their frames with 802.1Q VLAN ID
 #   (DROCE_VLAN) and accept only that VLAN.
+#   DROCE_TEST_IP6=1: both ports also get an IPv6 address (DROCE_IP6, GID
+#   index 1: pass `-g 1` to use it); on af_packet the RoCE frames A sends
+#   are checked on the wire to be IPv6.
 #   DROCE_TEST_MTU=N: both ports get DROCE_MTU=N.
 #   DROCE_TEST_ACTIVE_MTU=N: the server's port must report active MTU N
 #   (see also DROCE_TEST_VETH_MTU and DROCE_TEST_LINK_ARGS, netns_common.sh).
@@ -37,15 +40,19 @@ unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6
 [ -n "${DROCE_TEST_MTU:-}" ] && export DROCE_MTU=$DROCE_TEST_MTU
 vlan=${DROCE_TEST_VLAN:-}
 if [ -n "$vlan" ]; then export DROCE_VLAN=$vlan; else unset DROCE_VLAN; fi
+ip6=${DROCE_TEST_IP6:-}
+ip6_a=() ip6_b=()
+if [ -n "$ip6" ]; then ip6_a=(--ip6 "$droce_ip6_a/64"); ip6_b=(--ip6 "$droce_ip6_b/64"); fi
 
 netns_setup
 readonly port=18515  # the namespaces are ours: no other listener there
 readonly max_client_attempts=20
 
-# With a VLAN on af_packet, B's kernel sees the frames A sends: check on the
-# wire that they carry the tag (an AF_XDP socket hides them from taps).
+# With a VLAN or IPv6 on af_packet, B's kernel sees the frames A sends:
+# check on the wire that they carry the tag or are IPv6 (an AF_XDP socket
+# hides them from taps).
 capture_pid=""
-if [ -n "$vlan" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/null 2>&1; then
+if [ -n "$vlan$ip6" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/null 2>&1; then
   timeout "$per_process_timeout" ip netns exec "$ns_b" tcpdump -i "$if_b" -nn -e -l \
     "ether src $(ip netns exec "$ns_a" cat "/sys/class/net/$if_a/address") and udp port 4791" \
     >"$dir/tcpdump.txt" 2>/dev/null &
@@ -55,7 +62,7 @@ if [ -n "$vlan" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/null 2>
 fi
 
 run_bg "$dir/server.log" "$ns_a" "$launcher" exec --link "$(link_for "$kind" "$if_a")" \
-  --ip "$droce_ip_a/24" --log-level info -- "$program" -p "$port" "${prog_args[@]}"
+  --ip "$droce_ip_a/24" "${ip6_a[@]}" --log-level info -- "$program" -p "$port" "${prog_args[@]}"
 server_pid=$last_pid
 wait_listen "$ns_a" "$port" "$server_pid" 15
 
@@ -69,7 +76,7 @@ while :; do
   attempt=$(( attempt + 1 ))
   log="$dir/client.$attempt.log"
   run_bg "$log" "$ns_b" "$launcher" exec --link "$(link_for "$kind" "$if_b")" \
-    --ip "$droce_ip_b/24" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
+    --ip "$droce_ip_b/24" "${ip6_b[@]}" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
   wait "$last_pid"
   client_rc=$?
   if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
@@ -89,19 +96,24 @@ fi
 wait "$server_pid"
 server_rc=$?
 
-tagged=""
-tag_failed=0
+on_wire=""
+wire_failed=0
 if [ -n "$capture_pid" ]; then
   sleep 0.5
   kill_group "$capture_pid"
   total=$(grep -c . "$dir/tcpdump.txt")
-  with_tag=$(grep -c "vlan $vlan," "$dir/tcpdump.txt")
-  if [ "$total" -eq 0 ] || [ "$with_tag" -ne "$total" ]; then
-    echo "FAIL: of $total RoCE frames from A seen on B's veth, $with_tag carry VLAN $vlan"
-    head -5 "$dir/tcpdump.txt"
-    tag_failed=1
+  if [ -n "$vlan" ]; then
+    what="tagged" pattern="vlan $vlan,"
+  else
+    what="IPv6" pattern="ethertype IPv6"
   fi
-  tagged=" ($with_tag of $total frames seen on the wire tagged)"
+  matching=$(grep -c "$pattern" "$dir/tcpdump.txt")
+  if [ "$total" -eq 0 ] || [ "$matching" -ne "$total" ]; then
+    echo "FAIL: of $total RoCE frames from A seen on B's veth, $matching are $what"
+    head -5 "$dir/tcpdump.txt"
+    wire_failed=1
+  fi
+  on_wire=" ($matching of $total frames seen on the wire $what)"
 fi
 
 describe() {
@@ -111,7 +123,7 @@ describe() {
     *) echo "exit $1" ;;
   esac
 }
-failed=$tag_failed
+failed=$wire_failed
 if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -q "active MTU $DROCE_TEST_ACTIVE_MTU)" "$dir/server.log"; then
   echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
   failed=1
@@ -135,7 +147,7 @@ if [ "$failed" -ne 0 ]; then
   ip -n "$ns_b" -s link show "$if_b"
   exit 1
 fi
-echo "PASS: $program ${prog_args[*]} over $kind on a veth pair between two namespaces${vlan:+ (VLAN $vlan)}$tagged"
+echo "PASS: $program ${prog_args[*]} over $kind on a veth pair between two namespaces${vlan:+ (VLAN $vlan)}${ip6:+ (IPv6 addresses)}$on_wire"
 grep -o "link MTU [0-9]*, active MTU [0-9]*" "$dir/server.log" | head -1 | sed 's/^/[server] /'
 grep -E "bytes in .* seconds|iters in .* seconds" "$dir/server.log" | sed 's/^/[server] /'
 grep -E "bytes in .* seconds|iters in .* seconds" "$dir/client.$attempt.log" | sed 's/^/[client] /'

@@ -3,6 +3,7 @@
 // NIC. Also checks the errors the verbs API specifies for bad calls.
 // The binary links libdroce.so ahead of libibverbs, so ibv_* resolve to droce
 // exactly as they do under LD_PRELOAD.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
@@ -12,7 +13,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
@@ -20,6 +23,11 @@
 
 #include "droce/droce.h"
 #include "provider.h"  // white-box: the hostile-ring tests
+
+// libibverbs' private and sysfs calls that ibv_devinfo imports; their
+// declarations are not in the installed headers.
+extern "C" int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type);
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace {
 
@@ -79,7 +87,8 @@ class Loopback : public ::testing::Test {
     a.qp_access_flags = 0;
     ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS), 0);
   }
-  void ToRtr(ibv_qp* qp, uint32_t dest) {
+  // To the device's own GID at gid_index (0: IPv4-mapped, 1: IPv6).
+  void ToRtr(ibv_qp* qp, uint32_t dest, int gid_index = 0) {
     ibv_qp_attr a{};
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_1024;
@@ -90,7 +99,8 @@ class Loopback : public ::testing::Test {
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.hop_limit = 1;
-    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &a.ah_attr.grh.dgid), 0);
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
+    ASSERT_EQ(ibv_query_gid(ctx_, 1, gid_index, &a.ah_attr.grh.dgid), 0);
     ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               0);
@@ -107,11 +117,11 @@ class Loopback : public ::testing::Test {
                                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
               0);
   }
-  void Connect(ibv_qp* a, ibv_qp* b) {
+  void Connect(ibv_qp* a, ibv_qp* b, int gid_index = 0) {
     ToInit(a);
     ToInit(b);
-    ToRtr(a, b->qp_num);
-    ToRtr(b, a->qp_num);
+    ToRtr(a, b->qp_num, gid_index);
+    ToRtr(b, a->qp_num, gid_index);
     ToRts(a);
     ToRts(b);
   }
@@ -137,6 +147,53 @@ class Loopback : public ::testing::Test {
     ibv_send_wr* bad = nullptr;
     return ibv_post_send(qp, &wr, &bad);
   }
+  // Two UC QPs connected through the device's GID at gid_index exchange ten
+  // 3000-byte SENDs.
+  void UcSends(int gid_index) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq_;
+    a.recv_cq = rcq_;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.qp_type = IBV_QPT_UC;
+    ibv_qp* x = ibv_create_qp(pd_, &a);
+    ibv_qp* y = ibv_create_qp(pd_, &a);
+    ASSERT_NE(x, nullptr);
+    ASSERT_NE(y, nullptr);
+    qps_.push_back(x);
+    qps_.push_back(y);
+    for (ibv_qp* q : {x, y}) ToInit(q);
+    // UC RTR needs no MAX_DEST_RD_ATOMIC/MIN_RNR_TIMER; RTS only SQ_PSN.
+    for (auto [q, peer] : {std::pair{x, y}, std::pair{y, x}}) {
+      ibv_qp_attr r{};
+      r.qp_state = IBV_QPS_RTR;
+      r.path_mtu = IBV_MTU_1024;
+      r.dest_qp_num = peer->qp_num;
+      r.ah_attr.is_global = 1;
+      r.ah_attr.port_num = 1;
+      r.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
+      ASSERT_EQ(ibv_query_gid(ctx_, 1, gid_index, &r.ah_attr.grh.dgid), 0);
+      ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
+    }
+    for (ibv_qp* q : {x, y}) {
+      ibv_qp_attr r{};
+      r.qp_state = IBV_QPS_RTS;
+      ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+    }
+    for (int i = 0; i < 10; ++i) {
+      std::memset(buf_.data(), 'a' + i, 3000);
+      ASSERT_EQ(PostRecv(y, 100 + i, 8192, 4096), 0);
+      ASSERT_EQ(PostSend(x, i, 0, 3000), 0);
+      auto s = Poll(scq_, 1);
+      ASSERT_EQ(s.size(), 1u);
+      EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+      auto r = Poll(rcq_, 1);
+      ASSERT_EQ(r.size(), 1u);
+      EXPECT_EQ(r[0].byte_len, 3000u);
+      EXPECT_EQ(buf_[8192 + 2999], 'a' + i);
+    }
+  }
+
   // Polls until n completions arrived or `limit` passed.
   std::vector<ibv_wc> Poll(ibv_cq* cq, int n, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
     std::vector<ibv_wc> out;
@@ -192,10 +249,22 @@ TEST_F(Loopback, DeviceAndPortLookLikeARoceNic) {
   ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
   const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 77, 0, 1};
   EXPECT_EQ(std::memcmp(gid.raw, mapped, 16), 0);  // default address 10.77.0.1
-  EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);
+  EXPECT_EQ(ibv_query_gid(ctx_, 1, 1, &gid), -1);  // no DROCE_IP6: one GID
+  EXPECT_EQ(pa.gid_tbl_len, 1);
   ibv_gid_entry e{};
   ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 0, &e, 0), 0);
   EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &e, 0), ENODATA);
+  // An IPv6 GID needs the port's IPv6 address at index 1.
+  ibv_ah_attr ah{};
+  ah.is_global = 1;
+  ah.port_num = 1;
+  ah.grh.sgid_index = 1;
+  ah.grh.dgid.raw[0] = 0xfd;
+  ah.grh.dgid.raw[15] = 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd_, &ah), nullptr);
+  EXPECT_EQ(errno, EINVAL);
   __be16 pkey = 0;
   ASSERT_EQ(ibv_query_pkey(ctx_, 1, 0, &pkey), 0);
   EXPECT_EQ(be16toh(pkey), 0xFFFF);
@@ -890,49 +959,7 @@ TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
   EXPECT_EQ(ibv_dereg_mr(remote), 0);
 }
 
-TEST_F(Loopback, UcSendAndWrite) {
-  ibv_qp_init_attr a{};
-  a.send_cq = scq_;
-  a.recv_cq = rcq_;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UC;
-  ibv_qp* x = ibv_create_qp(pd_, &a);
-  ibv_qp* y = ibv_create_qp(pd_, &a);
-  ASSERT_NE(x, nullptr);
-  ASSERT_NE(y, nullptr);
-  qps_.push_back(x);
-  qps_.push_back(y);
-  for (ibv_qp* q : {x, y}) ToInit(q);
-  // UC RTR needs no MAX_DEST_RD_ATOMIC/MIN_RNR_TIMER; RTS only SQ_PSN.
-  for (auto [q, peer] : {std::pair{x, y}, std::pair{y, x}}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_RTR;
-    r.path_mtu = IBV_MTU_1024;
-    r.dest_qp_num = peer->qp_num;
-    r.ah_attr.is_global = 1;
-    r.ah_attr.port_num = 1;
-    ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &r.ah_attr.grh.dgid), 0);
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN), 0);
-  }
-  for (ibv_qp* q : {x, y}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  }
-  for (int i = 0; i < 10; ++i) {
-    std::memset(buf_.data(), 'a' + i, 3000);
-    ASSERT_EQ(PostRecv(y, 100 + i, 8192, 4096), 0);
-    ASSERT_EQ(PostSend(x, i, 0, 3000), 0);
-    auto s = Poll(scq_, 1);
-    ASSERT_EQ(s.size(), 1u);
-    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
-    auto r = Poll(rcq_, 1);
-    ASSERT_EQ(r.size(), 1u);
-    EXPECT_EQ(r[0].byte_len, 3000u);
-    EXPECT_EQ(buf_[8192 + 2999], 'a' + i);
-  }
-}
+TEST_F(Loopback, UcSendAndWrite) { UcSends(0); }
 
 TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   ibv_qp_init_attr a{};
@@ -1382,6 +1409,318 @@ TEST_F(Loopback, WrApiRdmaReadWriteAndAtomics) {
   EXPECT_EQ(ibv_destroy_qp(b), 0);
   qps_.clear();
   EXPECT_EQ(ibv_dereg_mr(remote), 0);
+}
+
+// The same device with an IPv6 address (DROCE_IP6; the `verbs_loopback_ipv6`
+// test in tests/provider/meson.build runs only these): GID index 1 is that
+// address, and RC and UD traffic addressed to it goes out and comes back as
+// RoCEv2 over IPv6.
+class LoopbackIpv6 : public Loopback {
+ protected:
+  void SetUp() override {
+    const char* v = std::getenv("DROCE_IP6");
+    ASSERT_NE(v, nullptr) << "run with DROCE_IP6 set";
+    const std::string addr(v, std::strcspn(v, "/"));
+    ASSERT_EQ(inet_pton(AF_INET6, addr.c_str(), ip6_), 1);
+    Loopback::SetUp();
+  }
+  uint8_t ip6_[16] = {};
+};
+
+TEST_F(LoopbackIpv6, GidTableHasTheIpv6AddressAtIndexOne) {
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
+  EXPECT_EQ(pa.gid_tbl_len, 2);
+  ibv_gid g{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &g), 0);
+  const uint8_t mapped[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 10, 77, 0, 1};
+  EXPECT_EQ(std::memcmp(g.raw, mapped, 16), 0);  // index 0 unchanged
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &g), 0);
+  EXPECT_EQ(std::memcmp(g.raw, ip6_, 16), 0);
+  EXPECT_EQ(ibv_query_gid(ctx_, 1, 2, &g), -1);
+  ibv_gid_entry e{};
+  ASSERT_EQ(ibv_query_gid_ex(ctx_, 1, 1, &e, 0), 0);
+  EXPECT_EQ(e.gid_index, 1u);
+  EXPECT_EQ(e.gid_type, IBV_GID_TYPE_ROCE_V2);
+  EXPECT_EQ(std::memcmp(e.gid.raw, ip6_, 16), 0);
+  EXPECT_EQ(ibv_query_gid_ex(ctx_, 1, 2, &e, 0), ENODATA);
+  ibv_gid_entry table[4] = {};
+  ASSERT_EQ(ibv_query_gid_table(ctx_, table, 4, 0), 2);
+  EXPECT_EQ(table[0].gid_index, 0u);
+  EXPECT_EQ(std::memcmp(table[0].gid.raw, mapped, 16), 0);
+  EXPECT_EQ(table[1].gid_index, 1u);
+  EXPECT_EQ(std::memcmp(table[1].gid.raw, ip6_, 16), 0);
+  EXPECT_EQ(ibv_query_gid_table(ctx_, table, 1, 0), -EINVAL);
+  int type = -1;
+  ASSERT_EQ(ibv_query_gid_type(ctx_, 1, 1, &type), 0);
+  EXPECT_EQ(type, 1);  // IBV_GID_TYPE_SYSFS_ROCE_V2
+  EXPECT_EQ(ibv_query_gid_type(ctx_, 1, 2, &type), -1);
+  // The sysfs files ibv_devinfo -v reads, in the kernel's format.
+  const char* dir = ctx_->device->ibdev_path;
+  char buf[64];
+  char expect[40];
+  std::snprintf(expect, sizeof(expect), "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+                ip6_[0], ip6_[1], ip6_[2], ip6_[3], ip6_[4], ip6_[5], ip6_[6], ip6_[7], ip6_[8], ip6_[9], ip6_[10],
+                ip6_[11], ip6_[12], ip6_[13], ip6_[14], ip6_[15]);
+  ASSERT_EQ(ibv_read_sysfs_file(dir, "ports/1/gids/1", buf, sizeof(buf)), 39);
+  EXPECT_STREQ(buf, expect);
+  ASSERT_GT(ibv_read_sysfs_file(dir, "ports/1/gids/0", buf, sizeof(buf)), 0);
+  EXPECT_STREQ(buf, "0000:0000:0000:0000:0000:ffff:0a4d:0001");
+  ASSERT_GT(ibv_read_sysfs_file(dir, "ports/1/gid_attrs/types/1", buf, sizeof(buf)), 0);
+  EXPECT_STREQ(buf, "RoCE v2");
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "ports/1/gids/2", buf, sizeof(buf)), -1);
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "ports/1/gid_attrs/types/2", buf, sizeof(buf)), -1);
+  EXPECT_EQ(ibv_read_sysfs_file(dir, "ports/1/gids/x", buf, sizeof(buf)), -1);
+}
+
+TEST_F(LoopbackIpv6, RcSendWriteReadAndAtomicsOverGidIndexOne) {
+  ibv_mr* remote = ibv_reg_mr(pd_, buf_.data() + 256 * 1024, 256 * 1024,
+                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                  IBV_ACCESS_REMOTE_ATOMIC);
+  ASSERT_NE(remote, nullptr);
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b, 1);
+  ibv_qp_attr acc{};
+  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_AV, &qi), 0);
+  EXPECT_EQ(q.ah_attr.grh.sgid_index, 1);
+  EXPECT_EQ(std::memcmp(q.ah_attr.grh.dgid.raw, ip6_, 16), 0);
+
+  std::mt19937 rng(6);
+  const size_t rx_off = 512 * 1024;
+  for (uint32_t len : {1u, 1025u, 65536u}) {
+    for (uint32_t i = 0; i < len; ++i) buf_[i] = static_cast<uint8_t>(rng());
+    ASSERT_EQ(PostRecv(b, len, rx_off, len), 0);
+    ASSERT_EQ(PostSend(a, len, 0, len), 0);
+    auto s = Poll(scq_, 1);
+    auto r = Poll(rcq_, 1);
+    ASSERT_EQ(s.size(), 1u);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(s[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(r[0].byte_len, len);
+    EXPECT_EQ(std::memcmp(buf_.data(), buf_.data() + rx_off, len), 0) << len;
+  }
+
+  uint8_t* rbuf = buf_.data() + 256 * 1024;
+  auto post = [&](ibv_wr_opcode op, size_t loff, uint32_t len, uint64_t raddr, uint64_t add = 0) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + loff), len, mr_->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      wr.wr.atomic.remote_addr = raddr;
+      wr.wr.atomic.rkey = remote->rkey;
+      wr.wr.atomic.compare_add = add;
+    } else {
+      wr.wr.rdma.remote_addr = raddr;
+      wr.wr.rdma.rkey = remote->rkey;
+    }
+    ibv_send_wr* bad = nullptr;
+    EXPECT_EQ(ibv_post_send(a, &wr, &bad), 0);
+    auto w = Poll(scq_, 1);
+    EXPECT_EQ(w.size(), 1u);
+    return w.empty() ? IBV_WC_GENERAL_ERR : w[0].status;
+  };
+  for (uint32_t len : {1u, 5000u, 65536u}) {
+    for (uint32_t i = 0; i < len; ++i) buf_[i] = static_cast<uint8_t>(rng());
+    EXPECT_EQ(post(IBV_WR_RDMA_WRITE, 0, len, reinterpret_cast<uint64_t>(rbuf)), IBV_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(buf_.data(), rbuf, len), 0) << len;
+    std::memset(buf_.data() + 128 * 1024, 0, len);
+    EXPECT_EQ(post(IBV_WR_RDMA_READ, 128 * 1024, len, reinterpret_cast<uint64_t>(rbuf)), IBV_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(buf_.data() + 128 * 1024, rbuf, len), 0) << len;
+  }
+  uint64_t word = 40;
+  std::memcpy(rbuf + 64, &word, 8);
+  EXPECT_EQ(post(IBV_WR_ATOMIC_FETCH_AND_ADD, 1000, 8, reinterpret_cast<uint64_t>(rbuf + 64), 2), IBV_WC_SUCCESS);
+  std::memcpy(&word, buf_.data() + 1000, 8);
+  EXPECT_EQ(word, 40u);
+  std::memcpy(&word, rbuf + 64, 8);
+  EXPECT_EQ(word, 42u);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_dereg_mr(remote), 0);
+}
+
+TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
+  ibv_qp_init_attr a{};
+  a.send_cq = scq_;
+  a.recv_cq = rcq_;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* x = ibv_create_qp(pd_, &a);
+  ibv_qp* y = ibv_create_qp(pd_, &a);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  qps_.push_back(x);
+  qps_.push_back(y);
+  for (ibv_qp* q : {x, y}) {
+    ibv_qp_attr r{};
+    r.qp_state = IBV_QPS_INIT;
+    r.port_num = 1;
+    r.qkey = 0x11111111;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+    r.qp_state = IBV_QPS_RTR;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
+    r.qp_state = IBV_QPS_RTS;
+    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  }
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.sgid_index = 1;
+  ah_attr.grh.hop_limit = 7;
+  ah_attr.grh.traffic_class = 0x28;
+  ah_attr.grh.flow_label = 0x12345;
+  std::memcpy(ah_attr.grh.dgid.raw, ip6_, 16);
+  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  auto send = [&](ibv_qp* from, ibv_ah* to, uint32_t remote_qpn, const char* msg) {
+    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), static_cast<uint32_t>(std::strlen(msg)), mr_->lkey};
+    std::memcpy(buf_.data(), msg, s.length);
+    ibv_send_wr wr{};
+    wr.sg_list = &s;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.ud.ah = to;
+    wr.wr.ud.remote_qpn = remote_qpn;
+    wr.wr.ud.remote_qkey = 0x11111111;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(from, &wr, &bad), 0);
+    auto c = Poll(scq_, 1);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
+  };
+  ASSERT_EQ(PostRecv(y, 9, 8192, 40 + 64), 0);
+  send(x, ah, y->qp_num, "ud over ipv6");
+  auto r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].byte_len, 40u + 12);
+  EXPECT_EQ(r[0].src_qp, x->qp_num);
+  EXPECT_TRUE(r[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(std::memcmp(buf_.data() + 8192 + 40, "ud over ipv6", 12), 0);
+  // The GRH is the IPv6 header as sent: the AH's traffic class, flow label
+  // and hop limit, UDP, and the port's address as source and destination.
+  const uint8_t* g = buf_.data() + 8192;
+  const uint32_t vtf = uint32_t{g[0]} << 24 | uint32_t{g[1]} << 16 | uint32_t{g[2]} << 8 | g[3];
+  EXPECT_EQ(vtf >> 28, 6u);
+  EXPECT_EQ((vtf >> 20) & 0xFF, 0x28u);
+  EXPECT_EQ(vtf & 0xFFFFF, 0x12345u);
+  EXPECT_EQ(g[4] << 8 | g[5], 8 + 12 + 8 + 12 + 4);  // UDP, BTH, DETH, payload, ICRC
+  EXPECT_EQ(g[6], 17);
+  EXPECT_EQ(g[7], 7);
+  EXPECT_EQ(std::memcmp(g + 8, ip6_, 16), 0);
+  EXPECT_EQ(std::memcmp(g + 24, ip6_, 16), 0);
+  // An AH from the completion points back at the sender over IPv6.
+  auto* grh = reinterpret_cast<ibv_grh*>(buf_.data() + 8192);
+  ibv_ah_attr back_attr{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx_, 1, &r[0], grh, &back_attr), 0);
+  EXPECT_EQ(back_attr.is_global, 1);
+  EXPECT_EQ(back_attr.grh.sgid_index, 1);
+  EXPECT_EQ(std::memcmp(back_attr.grh.dgid.raw, ip6_, 16), 0);
+  EXPECT_EQ(back_attr.grh.traffic_class, 0x28);
+  EXPECT_EQ(back_attr.grh.flow_label, 0x12345u);
+  ibv_ah* back = ibv_create_ah_from_wc(pd_, &r[0], grh, 1);
+  ASSERT_NE(back, nullptr);
+  ASSERT_EQ(PostRecv(x, 10, 16384, 40 + 64), 0);
+  send(y, back, x->qp_num, "and back");
+  auto r2 = Poll(rcq_, 1);
+  ASSERT_EQ(r2.size(), 1u);
+  EXPECT_EQ(r2[0].wr_id, 10u);
+  EXPECT_EQ(r2[0].src_qp, y->qp_num);
+  EXPECT_EQ(buf_[16384] >> 4, 6);
+  EXPECT_EQ(std::memcmp(buf_.data() + 16384 + 40, "and back", 8), 0);
+  // The IPv4 GID still works beside it: its GRH is 20 zeros and IPv4.
+  ibv_ah_attr v4{};
+  v4.is_global = 1;
+  v4.port_num = 1;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &v4.grh.dgid), 0);
+  ibv_ah* ah4 = ibv_create_ah(pd_, &v4);
+  ASSERT_NE(ah4, nullptr);
+  ASSERT_EQ(PostRecv(y, 11, 8192, 40 + 64), 0);
+  send(x, ah4, y->qp_num, "ipv4");
+  auto r3 = Poll(rcq_, 1);
+  ASSERT_EQ(r3.size(), 1u);
+  EXPECT_EQ(buf_[8192], 0);
+  EXPECT_EQ(buf_[8192 + 20] >> 4, 4);
+  ibv_ah_attr back4{};
+  ASSERT_EQ(ibv_init_ah_from_wc(ctx_, 1, &r3[0], grh, &back4), 0);
+  EXPECT_EQ(back4.grh.sgid_index, 0);
+  EXPECT_EQ(std::memcmp(back4.grh.dgid.raw, v4.grh.dgid.raw, 16), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah4), 0);
+  EXPECT_EQ(ibv_destroy_ah(back), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
+TEST_F(LoopbackIpv6, UcSendOverGidIndexOne) { UcSends(1); }
+
+TEST_F(LoopbackIpv6, SgidIndexMustMatchTheDestinationFamily) {
+  ibv_gid g4{}, g6{}, multicast{}, unspecified{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &g4), 0);
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 1, &g6), 0);
+  multicast.raw[0] = 0xFF;
+  multicast.raw[1] = 0x02;
+  multicast.raw[15] = 1;
+  ibv_qp* qp = CreateQp(scq_, scq_);
+  ASSERT_NE(qp, nullptr);
+  ToInit(qp);
+  auto rtr = [&](const ibv_gid& dgid, uint8_t sgid_index, uint8_t is_global) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = qp->qp_num;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = is_global;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = dgid;
+    a.ah_attr.grh.sgid_index = sgid_index;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  };
+  auto ah = [&](const ibv_gid& dgid, uint8_t sgid_index, uint8_t is_global) {
+    ibv_ah_attr a{};
+    a.is_global = is_global;
+    a.port_num = 1;
+    a.grh.dgid = dgid;
+    a.grh.sgid_index = sgid_index;
+    errno = 0;
+    ibv_ah* h = ibv_create_ah(pd_, &a);
+    const int err = h == nullptr ? errno : 0;
+    if (h != nullptr) {
+      EXPECT_EQ(ibv_destroy_ah(h), 0);
+    }
+    return err;
+  };
+  struct Case {
+    const ibv_gid* dgid;
+    uint8_t sgid_index;
+    uint8_t is_global;
+  };
+  for (const Case& c : {Case{&g6, 0, 1}, Case{&g4, 1, 1}, Case{&g6, 2, 1}, Case{&g4, 2, 1},
+                        Case{&multicast, 1, 1}, Case{&unspecified, 1, 1}, Case{&g6, 1, 0}}) {
+    EXPECT_EQ(rtr(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
+    EXPECT_EQ(ah(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
+  }
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_INIT);  // the failed transitions changed nothing
+  EXPECT_EQ(ah(g6, 1, 1), 0);
+  EXPECT_EQ(ah(g4, 0, 1), 0);
+  EXPECT_EQ(rtr(g6, 1, 1), 0);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ class SimEnv : public transport::TransportEnv {
     }
     delete buf;
   }
-  bool ResolveMac(uint32_t, wire::MacAddr* mac) override {
+  bool ResolveMac(const wire::Ipv6Addr&, wire::MacAddr* mac) override {
     *mac = {2, 0, 0, 0, 0, 9};
     return resolvable;
   }

@@ -35,8 +35,9 @@ struct Endpoint {
   uint32_t key = 0;
   uint32_t sq_prod = 0, rq_prod = 0;
 
+  // With ip6, the port also has an IPv6 address (GID index 1).
   void Init(std::deque<SimFrame>* wire, uint64_t* clock, uint32_t qpn, uint32_t ip,
-            uint32_t depth, uint32_t cq_depth, size_t buf_len) {
+            uint32_t depth, uint32_t cq_depth, size_t buf_len, const wire::Ipv6Addr* ip6 = nullptr) {
     env = std::make_unique<SimEnv>(wire, clock);
     const uint32_t sstride = sizeof(queue::SendWqe) + kMaxSge * sizeof(queue::Sge);
     const uint32_t rstride = sizeof(queue::RecvWqe) + kMaxSge * sizeof(queue::Sge);
@@ -61,6 +62,10 @@ struct Endpoint {
     init.port.mac = {2, 0, 0, 0, 0, static_cast<uint8_t>(qpn)};
     init.port.ip = ip;
     init.port.max_mtu = 5;
+    if (ip6 != nullptr) {
+      init.port.has_ip6 = true;
+      init.port.ip6 = *ip6;
+    }
     qp = std::make_unique<Qp>(init, env.get());
     buf.assign(buf_len, 0);
     auto mr = env->mrs.Register(1, reinterpret_cast<uint64_t>(buf.data()),
@@ -68,7 +73,9 @@ struct Endpoint {
     key = mr->key;
   }
 
-  void Connect(uint32_t peer_qpn, uint32_t peer_ip, uint8_t mtu) {
+  // To the peer's IPv4 address, or with peer_ip6 to its IPv6 address (GID
+  // index 1, with a traffic class, flow label and hop limit to check).
+  void Connect(uint32_t peer_qpn, uint32_t peer_ip, uint8_t mtu, const wire::Ipv6Addr* peer_ip6 = nullptr) {
     QpAttr a;
     a.state = QpState::kInit;
     a.access_flags = 14;  // remote write, read, atomic
@@ -81,6 +88,13 @@ struct Endpoint {
     a.av.dgid[13] = static_cast<uint8_t>(peer_ip >> 16);
     a.av.dgid[14] = static_cast<uint8_t>(peer_ip >> 8);
     a.av.dgid[15] = static_cast<uint8_t>(peer_ip);
+    if (peer_ip6 != nullptr) {
+      std::memcpy(a.av.dgid, peer_ip6->data(), 16);
+      a.av.sgid_index = transport::kGidIndexIpv6;
+      a.av.traffic_class = 0x68;
+      a.av.flow_label = 0xABCDE;
+      a.av.hop_limit = 9;
+    }
     a.path_mtu = mtu;
     a.dest_qpn = peer_qpn;
     a.rq_psn = 0xFFFFF0;  // wraps during the test
@@ -259,6 +273,67 @@ void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, u
     EXPECT_EQ(a.env->stats.completer_retry_err, 0u);
     EXPECT_EQ(b.env->stats.duplicate_request, 0u);
   }
+}
+
+// RC over IPv6 GIDs: frames are IPv6 between the ports' IPv6 addresses with
+// the address vector's traffic class, flow label and hop limit (ACKs and
+// READ responses too), and SENDs and READs survive loss.
+TEST(TransportSim, RcOverIpv6Gids) {
+  SimNet net(LinkFaults{0.05, 0, 0, 0}, 11);
+  const wire::Ipv6Addr ip6a = {0xfd, 0x78, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11};
+  const wire::Ipv6Addr ip6b = {0xfd, 0x78, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12};
+  const uint32_t len = 5000;
+  Endpoint a, b;
+  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 64, 256, len * 2, &ip6a);
+  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 64, 256, len * 2, &ip6b);
+  a.Connect(0x22, 0x0A000002, 3, &ip6b);
+  b.Connect(0x11, 0x0A000001, 3, &ip6a);
+  auto expect_v6 = [&](const SimFrame& f, const wire::Ipv6Addr& src, const wire::Ipv6Addr& dst) {
+    wire::PacketView v;
+    ASSERT_EQ(wire::parse_frame(f.bytes, &v), wire::ParseError::kOk);
+    EXPECT_TRUE(v.ipv6);
+    EXPECT_EQ(v.sip6, src);
+    EXPECT_EQ(v.dip6, dst);
+    EXPECT_EQ(v.traffic_class, 0x68);
+    EXPECT_EQ(v.flow_label, 0xABCDEu);
+    EXPECT_EQ(v.hop_limit, 9);
+  };
+  std::mt19937 rng(11);
+  std::vector<queue::Cqe> c(64);
+  for (int m = 0; m < 20; ++m) {
+    for (uint32_t i = 0; i < len; ++i) a.buf[i] = static_cast<uint8_t>(rng());
+    b.PostRecv(m, 0, len);
+    a.PostSend(m, 0, len);
+    if (m == 0) {
+      // The first request and the responder's ACK, before the lossy link.
+      a.qp->PollSend(16);
+      ASSERT_FALSE(net.wire.empty());
+      expect_v6(net.wire.front(), ip6a, ip6b);
+      std::deque<SimFrame> sent;
+      sent.swap(net.wire);
+      for (const SimFrame& f : sent) {
+        wire::PacketView v;
+        ASSERT_EQ(wire::parse_frame(f.bytes, &v), wire::ParseError::kOk);
+        b.qp->OnPacket(v);
+      }
+      b.qp->PollSend(16);
+      ASSERT_FALSE(net.wire.empty());
+      expect_v6(net.wire.back(), ip6b, ip6a);
+    }
+    int done = 0;
+    ASSERT_TRUE(net.Run(a, b, [&] {
+      for (int i = a.scq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].status, queue::wc::kSuccess);
+      for (int i = b.rcq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].byte_len, len);
+      return done == 2;
+    })) << "message " << m;
+    ASSERT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), len)) << "message " << m;
+  }
+  // A READ back from b's buffer: responses travel over IPv6 too.
+  std::memset(a.buf.data() + len, 0, len);
+  a.PostOp(queue::WqeOp::kRead, 99, len, len, reinterpret_cast<uint64_t>(b.buf.data()), b.key);
+  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 64) == 1; }));
+  EXPECT_EQ(c[0].status, queue::wc::kSuccess);
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + len, b.buf.data(), len));
 }
 
 TEST(TransportSim, LosslessSmallMessages) { Transfer(0, 0, 3, 1, 200, 1); }

@@ -135,7 +135,7 @@ constexpr std::string_view kUsage =
     "        --log-level LEVEL     error warning info debug (DROCE_LOG_LEVEL), default error\n"
     "        --gateway ADDR        next hop off the subnet (DROCE_GATEWAY)\n"
     "        --vlan ID[:PCP]       802.1Q tag on every frame (DROCE_VLAN)\n"
-    "        --ip6 ADDR[/LEN]      IPv6 address for ND and ping6 (DROCE_IP6)\n"
+    "        --ip6 ADDR[/LEN]      IPv6 address: GID index 1, ND, ping6 (DROCE_IP6)\n"
     "        --hugepages MODE      auto on off (DROCE_HUGEPAGES), default auto\n"
     "        --progress MODE       app thread (DROCE_PROGRESS), default app\n"
     "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path)\n"
