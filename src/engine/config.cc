@@ -1,6 +1,7 @@
 #include "engine/config.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -178,6 +179,19 @@ absl::StatusOr<Config> ConfigFromEnv(int index) {
     else if (*v == "on") c.hugepages = io::HugepageMode::kOn;
     else if (*v == "off") c.hugepages = io::HugepageMode::kOff;
     else return absl::InvalidArgumentError(absl::StrCat("DROCE_HUGEPAGES: invalid mode '", *v, "' (auto, on or off)"));
+  }
+  if (auto cpus = split_devices(std::getenv("DROCE_WORKER_CPU"));
+      static_cast<size_t>(index) < cpus.size() && !cpus[index].empty()) {
+    // A CPU this process may run on (taskset, cgroup cpusets).
+    int cpu = -1;
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (!absl::SimpleAtoi(cpus[index], &cpu) || cpu < 0 || cpu >= CPU_SETSIZE ||
+        sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || !CPU_ISSET(cpu, &allowed)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DROCE_WORKER_CPU: '", cpus[index], "' is not a CPU this process may run on"));
+    }
+    c.worker_cpu = cpu;
   }
   return c;
 }

@@ -36,6 +36,9 @@ struct Config {
   bool has_ip6 = false;
   wire::Ipv6Addr ip6{};
   uint8_t prefix6_len = 64;
+  // The CPU the device's worker thread is pinned to (DROCE_WORKER_CPU); -1:
+  // it floats over the process's CPUs.
+  int worker_cpu = -1;
 };
 
 inline constexpr const char* kDefaultIp = "10.77.0.1/24";
@@ -52,7 +55,7 @@ absl::Status ParseIpv6Prefix(const std::string& s, wire::Ipv6Addr* ip, uint8_t* 
 absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp);
 
 // Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL,
-// DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6. The error
+// DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6, DROCE_WORKER_CPU. The error
 // message names the variable and the bad value.
 absl::StatusOr<Config> ConfigFromEnv(int index = 0);
 // Devices configured: one per ';'-separated DROCE_LINK entry (at least one).

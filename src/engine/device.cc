@@ -98,6 +98,17 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
       return;
     }
   }
+  if (cfg.worker_cpu >= 0) {
+    // After EAL, which gives its main lcore thread the process's CPU set.
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cfg.worker_cpu, &set);
+    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
+      started->set_value(absl::InternalError(absl::StrCat("cannot pin the worker to CPU ", cfg.worker_cpu, ": ",
+                                                          std::strerror(rc))));
+      return;
+    }
+  }
   io::PortOptions po;
   const bool loopback = cfg.link.empty();
   po.devargs = loopback ? absl::StrCat("net_ring_droce", cfg.index) : cfg.link;
@@ -140,10 +151,11 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   prefix6_len_ = cfg.prefix6_len;
   SendGratuitousArp();
   if (has_ip6_) SendNeighborAdvert({0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
-  Log(LogLevel::kInfo, "droce0 up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s)",
-      po.devargs, dpdk_.driver(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
+  Log(LogLevel::kInfo, "%s up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s%s)",
+      port_.name.c_str(), po.devargs.c_str(), dpdk_.driver().c_str(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
       port_.link_mtu, 128u << port_.active_mtu, io::EalUsesHugepages() ? ", hugepages" : "",
-      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "");
+      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "",
+      cfg.worker_cpu >= 0 ? absl::StrCat(", worker on CPU ", cfg.worker_cpu).c_str() : "");
   started->set_value(absl::OkStatus());
   Loop();
 }

@@ -115,6 +115,27 @@ expect_env "exec --link: DROCE_LINK set verbatim" \
 with_env=(LD_PRELOAD=/nonexistent/keep-me.so)
 expect_env "existing LD_PRELOAD entries are kept after the provider" \
   '^LD_PRELOAD=/[^:]*/libdroce\.so:/nonexistent/keep-me\.so$' exec -- env
+expect_env "exec --worker-cpu: DROCE_WORKER_CPU set" \
+  '^DROCE_WORKER_CPU=0$' exec --worker-cpu 0 -- env
+
+# expect_stderr DESCRIPTION PATTERN ARGS...: `LAUNCHER ARGS...` prints a line
+# matching PATTERN on stderr (the provider's own validation and log).
+expect_stderr() {
+  local desc=$1 pattern=$2
+  shift 2
+  run_launcher 30 "$@"
+  if grep -Eq -- "$pattern" "$tmp/err"; then
+    ok "$desc -> $(grep -E -- "$pattern" "$tmp/err" | head -n1)"
+  else
+    not_ok "$desc: no line matching '$pattern' on stderr:"; cat "$tmp/err"
+  fi
+}
+if command -v ibv_devices >/dev/null 2>&1; then
+  expect_stderr "--worker-cpu outside the process's CPUs is refused by the provider" \
+    "^droce: DROCE_WORKER_CPU: '4096' is not a CPU this process may run on" exec --worker-cpu 4096 -- ibv_devices
+  expect_stderr "--worker-cpu pins the worker" \
+    'droce0 up: .*worker on CPU 0' exec --worker-cpu 0 --log-level info -- ibv_devices
+fi
 expect_env "version" '^droce [0-9]' version
 expect_env "help" '^usage: droce' help
 

@@ -138,6 +138,7 @@ constexpr std::string_view kUsage =
     "        --ip6 ADDR[/LEN]      IPv6 address: GID index 1, ND, ping6 (DROCE_IP6)\n"
     "        --hugepages MODE      auto on off (DROCE_HUGEPAGES), default auto\n"
     "        --progress MODE       app thread (DROCE_PROGRESS), default app\n"
+    "        --worker-cpu N        pin the engine's worker thread to CPU N (DROCE_WORKER_CPU)\n"
     "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path)\n"
     "  demo [--iters N] [--size BYTES] [--timeout SECONDS]\n"
     "        run an unmodified ibv_rc_pingpong server and client through droce over a\n"
@@ -260,8 +261,8 @@ struct ExecOptions {
   std::optional<std::string> link, ip, mtu, mac, log_level;
   // Passed through to the provider, which validates them when it opens the
   // device (one-line error naming the variable): gateway, vlan, ip6,
-  // hugepages, progress.
-  std::optional<std::string> gateway, vlan, ip6, hugepages, progress;
+  // hugepages, progress, worker CPU.
+  std::optional<std::string> gateway, vlan, ip6, hugepages, progress, worker_cpu;
   std::vector<std::string> program;  // PROGRAM [ARGS...]
 };
 
@@ -303,6 +304,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     else if (name == "ip6") slot = &opt.ip6;
     else if (name == "hugepages") slot = &opt.hugepages;
     else if (name == "progress") slot = &opt.progress;
+    else if (name == "worker-cpu") slot = &opt.worker_cpu;
     else return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
     if (!value) {
       if (i + 1 >= args.size() || args[i + 1] == "--") {
@@ -379,6 +381,7 @@ int CmdExec(const std::vector<std::string>& args) {
   set("DROCE_IP6", opt.ip6);
   set("DROCE_HUGEPAGES", opt.hugepages);
   set("DROCE_PROGRESS", opt.progress);
+  set("DROCE_WORKER_CPU", opt.worker_cpu);
 
   // Prepend the provider, keep the other entries (dropping a duplicate of it).
   std::vector<std::string> preload = {*provider};
