@@ -129,6 +129,9 @@ class Device : public transport::TransportEnv {
   // error state, the link is no longer used, and calls that would create or
   // enable objects fail with EIO.
   bool dead() const { return dead_.load(std::memory_order_acquire); }
+  // Runs fn on the engine as a control call does; for tests that need the
+  // engine to fail from inside (an exception escaping fn kills the device).
+  void RunOnWorkerForTesting(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
   // Contexts receive the device's unaffiliated events (worker thread).
   void AddDeviceSink(EventSink* sink);
   void RemoveDeviceSink(EventSink* sink);
