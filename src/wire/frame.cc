@@ -1,6 +1,7 @@
 #include "wire/frame.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "wire/icrc.h"
@@ -33,10 +34,30 @@ const char* parse_error_name(ParseError e) {
 }
 
 uint16_t ipv4_checksum(const uint8_t* hdr, size_t len) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i + 1 < len; i += 2) sum += load_be16(hdr + i);
-  while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
+  // RFC 1071: the ones'-complement sum does not depend on byte order (1.2.B),
+  // so add 32-bit words as the CPU loads them, fold, and swap once at the
+  // end: a few instructions for a 20-byte header instead of a 16-bit loop
+  // run twice per packet. A trailing odd byte is ignored (IPv4 header
+  // lengths are multiples of 4).
+  uint64_t sum = 0;
+  size_t i = 0;
+  for (; i + 4 <= len; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, hdr + i, 4);
+    sum += w;
+  }
+  if (i + 2 <= len) {
+    uint16_t h;
+    std::memcpy(&h, hdr + i, 2);
+    sum += h;
+  }
+  sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+  sum = (sum & 0xFFFFFFFF) + (sum >> 32);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  sum = (sum & 0xFFFF) + (sum >> 16);
+  const uint16_t folded = static_cast<uint16_t>(~sum);
+  if constexpr (std::endian::native == std::endian::little) return __builtin_bswap16(folded);
+  return folded;
 }
 
 namespace {
