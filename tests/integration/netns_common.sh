@@ -35,19 +35,9 @@ extra_ns=()  # more namespaces a test made (removed on exit too)
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
-# `timeout` makes a process group of its own (id = its pid): kill the group.
-kill_group() {
-  local pid=$1
-  [ -n "$pid" ] || return 0
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    kill -0 -- "-$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL -- "-$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  return 0
-}
+# kill_group, run_client, end_server.
+# shellcheck source=tests/integration/pair_common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/pair_common.sh"
 
 netns_cleanup() {
   local p

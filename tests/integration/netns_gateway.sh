@@ -72,23 +72,13 @@ run_bg "$dir/server.log" "$ns_a" env DROCE_GATEWAY=10.78.1.2 "$launcher" exec \
 server_pid=$last_pid
 wait_listen "$ns_a" "$port" "$server_pid" 15
 
-client_rc=255
-for attempt in $(seq 1 20); do
-  kill -0 "$server_pid" 2>/dev/null || break
-  log="$dir/client.log"
-  run_bg "$log" "$ns_c" env DROCE_GATEWAY=10.80.1.2 "$launcher" exec \
+# shellcheck disable=SC2317  # called by run_client
+start_client() {
+  run_bg "$1" "$ns_c" env DROCE_GATEWAY=10.80.1.2 "$launcher" exec \
     --link "net_af_packet0,iface=$if_c" --ip 10.80.1.12/24 -- "$program" -p "$port" "${prog_args[@]}" 10.78.1.1
-  wait "$last_pid"
-  client_rc=$?
-  if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" && [ "$attempt" -lt 20 ]; then
-    sleep 0.5
-    continue
-  fi
-  break
-done
-[ "$client_rc" -eq 0 ] || { sleep 2; kill -TERM -- "-$server_pid" 2>/dev/null; }
-wait "$server_pid"
-server_rc=$?
+}
+run_client "$server_pid" 20 "$dir" start_client
+end_server "$server_pid"
 
 # Client output proving it finished: rc_pingpong's summary, or perftest's
 # result row (DROCE_TEST_EXPECT).
@@ -98,16 +88,16 @@ fwd=$(ip netns exec "$ns_b" cat /proc/net/snmp | awk '/^Ip:/ { if (h) print $7; 
 failed=0
 [ "$server_rc" -eq 0 ] || { echo "FAIL: server exit $server_rc"; failed=1; }
 [ "$client_rc" -eq 0 ] || { echo "FAIL: client exit $client_rc"; failed=1; }
-grep -Eq "$expect" "$dir/client.log" 2>/dev/null || { echo "FAIL: client did not finish"; failed=1; }
+grep -Eq "$expect" "$dir/client.$attempt.log" 2>/dev/null || { echo "FAIL: client did not finish"; failed=1; }
 if [ "$failed" -ne 0 ]; then
   echo "----- server (ns A) -----"
   cat "$dir/server.log"
   echo "----- client (ns C) -----"
-  cat "$dir/client.log" 2>/dev/null
+  cat "$dir/client.$attempt.log" 2>/dev/null
   echo "----- router (ns B): neighbours, forwarded datagrams: $fwd -----"
   ip -n "$ns_b" neigh
   exit 1
 fi
 echo "PASS: $program ${prog_args[*]} between two droce ports on different subnets through a kernel router (B forwarded $fwd datagrams; A's gateway MAC $mac_gw_a)"
-grep -E "$expect" "$dir/client.log" | sed 's/^/[client] /'
+grep -E "$expect" "$dir/client.$attempt.log" | sed 's/^/[client] /'
 exit 0

@@ -66,35 +66,13 @@ run_bg "$dir/server.log" "$ns_a" "$launcher" exec --link "$(link_for "$kind" "$i
 server_pid=$last_pid
 wait_listen "$ns_a" "$port" "$server_pid" 15
 
-client_rc=255
-attempt=0
-while :; do
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "server exited before the client could connect" >&2
-    break
-  fi
-  attempt=$(( attempt + 1 ))
-  log="$dir/client.$attempt.log"
-  run_bg "$log" "$ns_b" "$launcher" exec --link "$(link_for "$kind" "$if_b")" \
+# shellcheck disable=SC2317  # called by run_client
+start_client() {
+  run_bg "$1" "$ns_b" "$launcher" exec --link "$(link_for "$kind" "$if_b")" \
     --ip "$droce_ip_b/24" "${ip6_b[@]}" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
-  wait "$last_pid"
-  client_rc=$?
-  if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
-     [ "$attempt" -lt "$max_client_attempts" ] && kill -0 "$server_pid" 2>/dev/null; then
-    sleep 0.5
-    continue
-  fi
-  break
-done
-if [ "$client_rc" -ne 0 ]; then
-  for _ in $(seq 1 30); do
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -0 "$server_pid" 2>/dev/null && kill -TERM -- "-$server_pid" 2>/dev/null
-fi
-wait "$server_pid"
-server_rc=$?
+}
+run_client "$server_pid" "$max_client_attempts" "$dir" start_client
+end_server "$server_pid"
 
 on_wire=""
 wire_failed=0

@@ -42,21 +42,8 @@ dir=$(mktemp -d /tmp/droce-it.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; ex
 server_pid=""
 client_pid=""
 
-# `timeout` puts itself (and so the launched program) into a process group of
-# its own, whose id is its pid: kill the whole group.
-kill_group() {
-  local pid=$1
-  [ -n "$pid" ] || return 0
-  # Fall back to the pid alone if timeout has not made its group yet.
-  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in 1 2 3 4 5 6 7 8 9 10; do
-    kill -0 -- "-$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -KILL -- "-$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  return 0
-}
+# shellcheck source=tests/integration/pair_common.sh
+. "$(dirname "$0")/pair_common.sh"
 
 cleanup() {
   kill_group "$client_pid"
@@ -119,40 +106,13 @@ while [ "$SECONDS" -lt "$listen_deadline" ]; do
   sleep 0.1
 done
 
-client_rc=255  # stays 255 if the client never ran
-attempt=0
-while :; do
-  if ! kill -0 "$server_pid" 2>/dev/null; then
-    echo "server exited before the client could connect" >&2
-    break
-  fi
-  attempt=$(( attempt + 1 ))
-  log="$dir/client.$attempt.log"
+start_client() {
   timeout "$per_process_timeout" "$launcher" exec --link "$(link_of client)" --ip 10.77.1.2/24 \
-    -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$log" 2>&1 &
-  client_pid=$!
-  wait "$client_pid"
-  client_rc=$?
-  client_pid=""
-  if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
-     [ "$attempt" -lt "$max_client_attempts" ] && kill -0 "$server_pid" 2>/dev/null; then
-    sleep 0.5
-    continue
-  fi
-  break
-done
-
-# The client is done; a healthy server finishes right after it. If the client
-# failed, the server may wait forever: give it a short grace period only.
-if [ "$client_rc" -ne 0 ]; then
-  for _ in $(seq 1 30); do
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  kill -0 "$server_pid" 2>/dev/null && kill -TERM -- "-$server_pid" 2>/dev/null
-fi
-wait "$server_pid"
-server_rc=$?
+    -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$1" 2>&1 &
+  last_pid=$!
+}
+run_client "$server_pid" "$max_client_attempts" "$dir" start_client
+end_server "$server_pid"
 server_pid=""
 
 fail=0

@@ -1,0 +1,69 @@
+# shellcheck shell=bash
+# Shared by the scripts that run a server/client pair of an ibverbs program
+# (pingpong_pair.sh, netns_pingpong.sh, netns_gateway.sh; sourced, not run):
+# process-group cleanup, the client's connect retries, the server's end.
+# shellcheck disable=SC2034,SC2154  # client_rc, server_rc, attempt: read by the sourcing scripts; last_pid: set by START_FN
+
+# `timeout` puts itself (and so the launched program) into a process group of
+# its own, whose id is its pid: kill_group PID kills the whole group.
+kill_group() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  # Fall back to the pid alone if timeout has not made its group yet.
+  kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    kill -0 -- "-$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -KILL -- "-$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  return 0
+}
+
+# run_client SERVER_PID MAX_ATTEMPTS DIR START_FN: the example programs'
+# clients do not retry their TCP connect, so start one (`START_FN LOG`, which
+# starts it in the background with its output in LOG and sets last_pid) and
+# start it again while it fails with "Couldn't connect to" and the server
+# lives. Sets client_rc (255 if no client ran) and attempt (the last client's
+# log is DIR/client.$attempt.log); client_pid is the running client, for
+# cleanup traps.
+run_client() {
+  local server=$1 max=$2 logdir=$3 start=$4 log
+  client_rc=255
+  attempt=0
+  while :; do
+    if ! kill -0 "$server" 2>/dev/null; then
+      echo "server exited before the client could connect" >&2
+      break
+    fi
+    attempt=$(( attempt + 1 ))
+    log="$logdir/client.$attempt.log"
+    "$start" "$log"
+    client_pid=$last_pid
+    wait "$client_pid"
+    client_rc=$?
+    client_pid=""
+    if [ "$client_rc" -ne 0 ] && grep -q "Couldn't connect to" "$log" &&
+       [ "$attempt" -lt "$max" ] && kill -0 "$server" 2>/dev/null; then
+      sleep 0.5
+      continue
+    fi
+    break
+  done
+}
+
+# end_server SERVER_PID: a healthy server finishes right after its client; if
+# the client failed the server may wait forever, so it gets 3 s, then its
+# group is terminated. Sets server_rc.
+end_server() {
+  local server=$1
+  if [ "$client_rc" -ne 0 ]; then
+    for _ in $(seq 1 30); do
+      kill -0 "$server" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$server" 2>/dev/null && kill -TERM -- "-$server" 2>/dev/null
+  fi
+  wait "$server"
+  server_rc=$?
+}
