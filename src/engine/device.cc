@@ -531,7 +531,7 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
   transport::AddressHandle ah;
   ah.av = av;
   ah.pd = pd;
-  if (!transport::av_destination(av, TransportPort(), &ah.dgid)) {
+  if (!transport::av_destination(av, TransportPort(), transport::AvUse::kUdHandle, &ah.dgid)) {
     return absl::InvalidArgumentError(
         "address handle needs a GRH, an IPv4-mapped GID with sgid_index 0 or an IPv6 GID with sgid_index 1");
   }

@@ -1710,10 +1710,13 @@ TEST_F(LoopbackIpv6, SgidIndexMustMatchTheDestinationFamily) {
     uint8_t is_global;
   };
   for (const Case& c : {Case{&g6, 0, 1}, Case{&g4, 1, 1}, Case{&g6, 2, 1}, Case{&g4, 2, 1},
-                        Case{&multicast, 1, 1}, Case{&unspecified, 1, 1}, Case{&g6, 1, 0}}) {
+                        Case{&unspecified, 1, 1}, Case{&g6, 1, 0}, Case{&multicast, 0, 1}}) {
     EXPECT_EQ(rtr(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
     EXPECT_EQ(ah(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
   }
+  // A group is a UD destination only.
+  EXPECT_EQ(rtr(multicast, 1, 1), EINVAL);
+  EXPECT_EQ(ah(multicast, 1, 1), 0);
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
