@@ -373,7 +373,11 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
       s = absl::ResourceExhaustedError("too many QPs");
       return;
     }
-    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11) next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    // QPNs below 0x11 are special (0, 1) or never handed out as rxe does;
+    // 0xFFFFFF is the multicast QPN.
+    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11 || next_qpn_ == wire::kMulticastQpn) {
+      next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    }
     h.qpn = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
     transport::QpInit init;
@@ -443,6 +447,10 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
       s = absl::NotFoundError("no such QP");
       return;
     }
+    if (mcast_.AttachedTo(qpn) != 0) {
+      s = absl::FailedPreconditionError("QP is attached to a multicast group");
+      return;
+    }
     QpEntry* e = it->second.get();
     std::erase(active_, e);
     std::erase(timed_, e);
@@ -454,6 +462,23 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     qps_.erase(it);
   });
   return s;
+}
+
+int Device::AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
+  if (dead()) return EIO;
+  int rc = EINVAL;
+  RunOnWorker([&] {
+    auto it = qps_.find(qpn);
+    // Only UD QPs join groups (ib_attach_mcast: EINVAL otherwise).
+    if (it != qps_.end() && it->second->qp->type() == transport::QpType::kUd) rc = mcast_.Attach(mgid, qpn);
+  });
+  return rc;
+}
+
+int Device::DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
+  int rc = EINVAL;
+  RunOnWorker([&] { rc = mcast_.Detach(mgid, qpn); });
+  return rc;
 }
 
 absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge,

@@ -279,6 +279,12 @@ void Device::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
+  // dip6 is the IPv4-mapped address for IPv4 packets.
+  if (wire::gid_is_multicast(v.dip6.data())) {
+    HandleMulticast(v);
+    rte_pktmbuf_free(m);
+    return;
+  }
   const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
   if (!for_port) {
     ++stats_.non_roce_drop;
@@ -291,14 +297,40 @@ void Device::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
-  QpEntry* e = it->second.get();
+  LearnSender(v);
+  DeliverPacket(it->second.get(), v);
+  rte_pktmbuf_free(m);
+}
+
+// Multicast (UD only): the group is the destination address, and each
+// attached QP gets the packet as if it had been addressed to it alone, with
+// its own state, Q_Key and receive-queue checks (as rxe_rcv_mcast_pkt).
+void Device::HandleMulticast(const wire::PacketView& v) {
+  const std::vector<uint32_t>* members = nullptr;
+  switch (mcast_.Route(v, &members)) {
+    case McastGroups::Verdict::kNotMulticastUd: ++stats_.mcast_bad_drop; return;
+    case McastGroups::Verdict::kNoGroup: ++stats_.mcast_no_group_drop; return;
+    case McastGroups::Verdict::kDeliver: break;
+  }
+  ++stats_.mcast_rcvd_pkts;
+  LearnSender(v);
+  // Delivering raises no control call, so the member list cannot change
+  // while it is walked.
+  for (uint32_t qpn : *members) {
+    if (auto it = qps_.find(qpn); it != qps_.end()) DeliverPacket(it->second.get(), v);
+  }
+}
+
+void Device::LearnSender(const wire::PacketView& v) {
   // Learn the peer's MAC from its traffic: replies need no ARP or ND round
   // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
   // instead; IPv6 destinations are all on the link).
   if (v.ipv6) LearnNeighbor6(v.sip6, v.smac, /*create=*/true);
   else if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
+}
+
+void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   e->qp->OnPacket(v);
-  rte_pktmbuf_free(m);
   DeliverEvents(e);
   // An ACK may have opened the window; a request may have left READ
   // responses or ACKs to send.

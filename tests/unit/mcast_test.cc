@@ -1,6 +1,7 @@
-// UD multicast below the engine: multicast GIDs and their MACs (wire), which
-// address vectors may name a group (transport), and the frame a UD QP sends
-// to a group; also the privileged Q_Key bit of a UD send (IBA 10.2.5).
+// UD multicast below the engine: multicast GIDs and their MACs (wire), the
+// attach/detach rules and limits (engine/mcast.h), which address vectors may
+// name a group (transport), and the frame a UD QP sends to a group; also the
+// privileged Q_Key bit of a UD send (IBA 10.2.5).
 #include <gtest/gtest.h>
 
 #include <cerrno>
@@ -8,9 +9,11 @@
 #include <deque>
 
 #include "cq/cq.h"
+#include "engine/mcast.h"
 #include "queue/shm.h"
 #include "sim_link.h"
 #include "transport/qp.h"
+#include "wire/build.h"
 #include "wire/frame.h"
 
 namespace droce::test {
@@ -48,6 +51,91 @@ TEST(Multicast, MacsAreMappedFromTheGroup) {
   // IPv6: 33:33 and the low 32 bits.
   const wire::Ipv6Addr g = {0xFF, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xAB, 0xCD, 0xEF, 0x01};
   EXPECT_EQ(wire::multicast_mac(g.data()), (wire::MacAddr{0x33, 0x33, 0xAB, 0xCD, 0xEF, 0x01}));
+}
+
+TEST(Multicast, AttachDetachFollowTheKernelsRules) {
+  engine::McastGroups m;
+  const wire::Ipv6Addr g1 = Gid4(239, 1, 1, 1), g2 = Gid6({0xFF, 0x12}, 2);
+  EXPECT_EQ(m.Attach(Gid4(10, 0, 0, 1), 0x11), EINVAL);  // not a multicast GID
+  EXPECT_EQ(m.Detach(g1, 0x11), EINVAL);                 // no such group
+  EXPECT_EQ(m.Attach(g1, 0x11), 0);
+  EXPECT_EQ(m.Attach(g1, 0x11), 0);  // again: no change
+  EXPECT_EQ(m.Attach(g1, 0x12), 0);
+  EXPECT_EQ(m.Attach(g2, 0x11), 0);
+  ASSERT_NE(m.Members(g1), nullptr);
+  EXPECT_EQ(*m.Members(g1), (std::vector<uint32_t>{0x11, 0x12}));
+  EXPECT_EQ(m.AttachedTo(0x11), 2u);
+  EXPECT_EQ(m.attachments(), 3u);
+  EXPECT_EQ(m.Detach(g2, 0x12), EINVAL);  // the group exists, the QP is not in it
+  EXPECT_EQ(m.Detach(g1, 0x11), 0);
+  EXPECT_EQ(m.Detach(g1, 0x11), EINVAL);
+  EXPECT_EQ(*m.Members(g1), (std::vector<uint32_t>{0x12}));
+  EXPECT_EQ(m.Detach(g1, 0x12), 0);
+  EXPECT_EQ(m.Members(g1), nullptr);  // the last member took the group with it
+  EXPECT_EQ(m.Detach(g2, 0x11), 0);
+  EXPECT_EQ(m.AttachedTo(0x11), 0u);
+  EXPECT_EQ(m.groups(), 0u);
+  EXPECT_EQ(m.attachments(), 0u);
+}
+
+TEST(Multicast, LimitsAreEnomem) {
+  engine::McastGroups m;
+  const wire::Ipv6Addr g = Gid4(239, 0, 0, 1);
+  for (uint32_t q = 0; q < engine::McastGroups::kMaxQpsPerGroup; ++q) ASSERT_EQ(m.Attach(g, 0x100 + q), 0);
+  EXPECT_EQ(m.Attach(g, 0x999), ENOMEM);
+  EXPECT_EQ(m.Attach(g, 0x100), 0);  // a member attaching again is still fine
+  EXPECT_EQ(m.Detach(g, 0x100), 0);
+  EXPECT_EQ(m.Attach(g, 0x999), 0);
+
+  engine::McastGroups many;
+  for (uint32_t i = 0; i < engine::McastGroups::kMaxGroups; ++i) {
+    ASSERT_EQ(many.Attach(Gid6({0xFF, 0x12, static_cast<uint8_t>(i >> 8)}, static_cast<uint8_t>(i)), 0x11), 0);
+  }
+  EXPECT_EQ(many.Attach(Gid4(239, 9, 9, 9), 0x11), ENOMEM);
+  EXPECT_EQ(many.AttachedTo(0x11), engine::McastGroups::kMaxGroups);
+}
+
+// A frame to `group` as a peer would send it, parsed.
+struct Frame {
+  std::vector<uint8_t> bytes = std::vector<uint8_t>(256);
+  wire::PacketView v;
+  Frame(const wire::Ipv6Addr& group, uint8_t opcode, uint32_t dqpn) {
+    wire::Path p;
+    p.dmac = wire::multicast_mac(group.data());
+    p.ipv6 = !wire::gid_is_ipv4_mapped(group.data());
+    p.sip = 0x0A4D0002;
+    p.sip6 = Gid6({0xFD, 0x78, 0, 1}, 2);
+    p.dip = wire::gid_to_ipv4(group.data());
+    p.dip6 = group;
+    wire::TransportHeaders h;
+    h.bth.opcode = opcode;
+    h.bth.dqpn = dqpn;
+    h.deth = {0x1111, 0x99};
+    const uint8_t payload[4] = {1, 2, 3, 4};
+    bytes.resize(wire::build_frame(bytes, p, h, payload));
+    EXPECT_EQ(wire::parse_frame({bytes.data(), bytes.size()}, &v), wire::ParseError::kOk);
+  }
+};
+
+TEST(Multicast, OnlyUdSendsToTheMulticastQpnReachTheGroup) {
+  using V = engine::McastGroups::Verdict;
+  engine::McastGroups m;
+  const wire::Ipv6Addr g4 = Gid4(239, 1, 2, 3), g6 = Gid6({0xFF, 0x0E}, 3);
+  ASSERT_EQ(m.Attach(g4, 0x11), 0);
+  ASSERT_EQ(m.Attach(g4, 0x12), 0);
+  ASSERT_EQ(m.Attach(g6, 0x13), 0);
+  const std::vector<uint32_t>* members = nullptr;
+  EXPECT_EQ(m.Route(Frame(g4, wire::kUdSendOnly, wire::kMulticastQpn).v, &members), V::kDeliver);
+  ASSERT_NE(members, nullptr);
+  EXPECT_EQ(*members, (std::vector<uint32_t>{0x11, 0x12}));
+  EXPECT_EQ(m.Route(Frame(g6, wire::kUdSendOnlyImm, wire::kMulticastQpn).v, &members), V::kDeliver);
+  EXPECT_EQ(*members, (std::vector<uint32_t>{0x13}));
+  // A member's own QPN, or any other, is not the multicast QPN.
+  EXPECT_EQ(m.Route(Frame(g4, wire::kUdSendOnly, 0x11).v, &members), V::kNotMulticastUd);
+  // Connected services have no multicast.
+  EXPECT_EQ(m.Route(Frame(g4, wire::kRcSendOnly, wire::kMulticastQpn).v, &members), V::kNotMulticastUd);
+  EXPECT_EQ(m.Route(Frame(g4, wire::kUcSendOnly, wire::kMulticastQpn).v, &members), V::kNotMulticastUd);
+  EXPECT_EQ(m.Route(Frame(Gid4(239, 1, 2, 4), wire::kUdSendOnly, wire::kMulticastQpn).v, &members), V::kNoGroup);
 }
 
 transport::AddressVector Av(const wire::Ipv6Addr& dgid, uint8_t sgid_index) {
