@@ -106,6 +106,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     return;
   }
   port_.name = absl::StrCat("droce", cfg.index);
+  link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -130,6 +131,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     port_.gid_count = 2;
   }
   tx_.reserve(1024);
+  mcast_loop_.reserve(64);
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
   subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);

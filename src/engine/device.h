@@ -238,6 +238,8 @@ class Device : public transport::TransportEnv {
   void DeliverPacket(QpEntry* e, const wire::PacketView& v);
   // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
   void LearnSender(const wire::PacketView& v);
+  // Delivers the multicast frames this device sent to its own attached QPs.
+  void LoopBackMulticast();
   void FlushTx();
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
@@ -286,6 +288,10 @@ class Device : public transport::TransportEnv {
   absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
   absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
   McastGroups mcast_;
+  // Copies of multicast frames sent on a link that does not return them
+  // (every link but the internal loopback), for LoopBackMulticast.
+  bool link_loops_back_ = false;
+  std::vector<rte_mbuf*> mcast_loop_;
   uint32_t next_srq_ = 1;
   uint32_t next_ah_ = 1;
   mem::MrTable mrs_;
