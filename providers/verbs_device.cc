@@ -143,6 +143,9 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->max_srq_wr = engine::Limits::kMaxQpWr;
   a->max_srq_sge = engine::Limits::kMaxSge;
   a->max_ah = 1 << 20;
+  a->max_mcast_grp = engine::McastGroups::kMaxGroups;
+  a->max_mcast_qp_attach = engine::McastGroups::kMaxQpsPerGroup;
+  a->max_total_mcast_qp_attach = engine::McastGroups::kMaxAttachments;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = 1;

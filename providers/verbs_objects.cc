@@ -560,6 +560,22 @@ int ibv_destroy_qp(ibv_qp* qp) {
   return 0;
 }
 
+// UD multicast (ibv_attach_mcast(3)): the MLID is ignored on RoCE (IBA
+// A17.5.6); the errors are the kernel's (engine/mcast.h).
+int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t) {
+  if (qp == nullptr || gid == nullptr || !context_is_ours(qp->context)) return EINVAL;
+  droce::wire::Ipv6Addr mgid;
+  std::memcpy(mgid.data(), gid->raw, 16);
+  return engine_of(qp->context)->AttachMcast(qp->qp_num, mgid);
+}
+
+int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t) {
+  if (qp == nullptr || gid == nullptr || !context_is_ours(qp->context)) return EINVAL;
+  droce::wire::Ipv6Addr mgid;
+  std::memcpy(mgid.data(), gid->raw, 16);
+  return engine_of(qp->context)->DetachMcast(qp->qp_num, mgid);
+}
+
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
   if (qp == nullptr) {
     errno = EINVAL;

@@ -21,9 +21,6 @@ int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*)
   return -1;
 }
 
-int ibv_attach_mcast(ibv_qp*, const union ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-int ibv_detach_mcast(ibv_qp*, const union ibv_gid*, uint16_t) { return EOPNOTSUPP; }
-
 int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
   errno = EOPNOTSUPP;
   return IBV_REREG_MR_ERR_INPUT;

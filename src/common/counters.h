@@ -34,6 +34,9 @@ namespace droce {
   X(arp_replies, "ARP replies sent for the device's own address")                          \
   X(non_roce_drop, "received frames that were neither RoCEv2 nor ARP, dropped")           \
   X(qkey_viol, "UD packets dropped because their Q_Key did not match the QP's")           \
+  X(mcast_rcvd_pkts, "multicast packets received for a group with attached QPs (once per packet; each QP then counts its own)") \
+  X(mcast_no_group_drop, "multicast packets dropped because no QP of the device is attached to their group") \
+  X(mcast_bad_drop, "multicast packets dropped because they were not UD SENDs to the multicast QPN 0xFFFFFF") \
   X(dropped_msgs, "UC/UD messages dropped (no receive WQE, PSN gap, bad key or length)")   \
   X(send_rem_access_err, "remote access error NAKs sent (bad rkey, rights or bounds)")    \
   X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")

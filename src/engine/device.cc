@@ -117,6 +117,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     return;
   }
   port_.name = absl::StrCat("droce", cfg.index);
+  link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -141,6 +142,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     port_.gid_count = 2;
   }
   tx_.reserve(1024);
+  mcast_loop_.reserve(64);
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
   subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);
@@ -385,7 +387,11 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
       s = absl::ResourceExhaustedError("too many QPs");
       return;
     }
-    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11) next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    // QPNs below 0x11 are special (0, 1) or never handed out as rxe does;
+    // 0xFFFFFF is the multicast QPN.
+    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11 || next_qpn_ == wire::kMulticastQpn) {
+      next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    }
     h.qpn = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
     transport::QpInit init;
@@ -455,6 +461,10 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
       s = absl::NotFoundError("no such QP");
       return;
     }
+    if (mcast_.AttachedTo(qpn) != 0) {
+      s = absl::FailedPreconditionError("QP is attached to a multicast group");
+      return;
+    }
     QpEntry* e = it->second.get();
     std::erase(active_, e);
     std::erase(timed_, e);
@@ -466,6 +476,23 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     qps_.erase(it);
   });
   return s;
+}
+
+int Device::AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
+  if (dead()) return EIO;
+  int rc = EINVAL;
+  RunOnWorker([&] {
+    auto it = qps_.find(qpn);
+    // Only UD QPs join groups (ib_attach_mcast: EINVAL otherwise).
+    if (it != qps_.end() && it->second->qp->type() == transport::QpType::kUd) rc = mcast_.Attach(mgid, qpn);
+  });
+  return rc;
+}
+
+int Device::DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
+  int rc = EINVAL;
+  RunOnWorker([&] { rc = mcast_.Detach(mgid, qpn); });
+  return rc;
 }
 
 absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge,
@@ -543,7 +570,7 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
   transport::AddressHandle ah;
   ah.av = av;
   ah.pd = pd;
-  if (!transport::av_destination(av, TransportPort(), &ah.dgid)) {
+  if (!transport::av_destination(av, TransportPort(), transport::AvUse::kUdHandle, &ah.dgid)) {
     return absl::InvalidArgumentError(
         "address handle needs a GRH, an IPv4-mapped GID with sgid_index 0 or an IPv6 GID with sgid_index 1");
   }

@@ -24,6 +24,7 @@
 #include "common/counters.h"
 #include "cq/cq.h"
 #include "engine/config.h"
+#include "engine/mcast.h"
 #include "engine/neighbor.h"
 #include "io/dpdk_port.h"
 #include "mem/mr_table.h"
@@ -162,7 +163,13 @@ class Device : public transport::TransportEnv {
   absl::Status DestroySrq(uint32_t id);
   absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av);
   absl::Status DestroyAh(uint32_t id);
+  // Fails (FailedPrecondition, EBUSY at the verbs boundary) while the QP is
+  // attached to a multicast group: IBA o10-2.2.3, as the kernel does.
   absl::Status DestroyQp(uint32_t qpn);
+  // ibv_attach_mcast / ibv_detach_mcast for UD QPs (engine/mcast.h has the
+  // rules). Return 0 or an errno.
+  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
+  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
   Counters ReadCounters();
 
   // Datapath, any thread: new WQEs are in the QP's rings.
@@ -228,6 +235,14 @@ class Device : public transport::TransportEnv {
   void RunMailbox();
   void HandleDoorbells();
   void HandleFrame(rte_mbuf* m);
+  // A RoCE packet to a multicast address: to every QP attached to its group.
+  void HandleMulticast(const wire::PacketView& v);
+  // A validated packet for one of the device's QPs.
+  void DeliverPacket(QpEntry* e, const wire::PacketView& v);
+  // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
+  void LearnSender(const wire::PacketView& v);
+  // Delivers the multicast frames this device sent to its own attached QPs.
+  void LoopBackMulticast();
   void FlushTx();
   void Activate(QpEntry* e);
   void RunTimers(uint64_t now);
@@ -275,6 +290,11 @@ class Device : public transport::TransportEnv {
   absl::flat_hash_map<uint32_t, uint32_t> pds_;  // pd → objects using it
   absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
   absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
+  McastGroups mcast_;
+  // Copies of multicast frames sent on a link that does not return them
+  // (every link but the internal loopback), for LoopBackMulticast.
+  bool link_loops_back_ = false;
+  std::vector<rte_mbuf*> mcast_loop_;
   uint32_t next_srq_ = 1;
   uint32_t next_ah_ = 1;
   mem::MrTable mrs_;

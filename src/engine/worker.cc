@@ -137,6 +137,10 @@ bool Device::PollOnce() {
       active_.pop_back();
     }
   }
+  if (!mcast_loop_.empty()) {
+    LoopBackMulticast();
+    busy = true;
+  }
   const uint64_t now = NowNs();
   if (now - last_timer_ns_ >= kTimerTickNs) {
     last_timer_ns_ = now;
@@ -279,6 +283,12 @@ void Device::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
+  // dip6 is the IPv4-mapped address for IPv4 packets.
+  if (wire::gid_is_multicast(v.dip6.data())) {
+    HandleMulticast(v);
+    rte_pktmbuf_free(m);
+    return;
+  }
   const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
   if (!for_port) {
     ++stats_.non_roce_drop;
@@ -291,14 +301,60 @@ void Device::HandleFrame(rte_mbuf* m) {
     rte_pktmbuf_free(m);
     return;
   }
-  QpEntry* e = it->second.get();
+  LearnSender(v);
+  DeliverPacket(it->second.get(), v);
+  rte_pktmbuf_free(m);
+}
+
+// Multicast (UD only): the group is the destination address, and each
+// attached QP gets the packet as if it had been addressed to it alone, with
+// its own state, Q_Key and receive-queue checks (as rxe_rcv_mcast_pkt).
+void Device::HandleMulticast(const wire::PacketView& v) {
+  const std::vector<uint32_t>* members = nullptr;
+  switch (mcast_.Route(v, &members)) {
+    case McastGroups::Verdict::kNotMulticastUd: ++stats_.mcast_bad_drop; return;
+    case McastGroups::Verdict::kNoGroup: ++stats_.mcast_no_group_drop; return;
+    case McastGroups::Verdict::kDeliver: break;
+  }
+  ++stats_.mcast_rcvd_pkts;
+  if (v.smac != port_.mac) LearnSender(v);  // not from our own sends
+  // Delivering raises no control call, so the member list cannot change
+  // while it is walked.
+  for (uint32_t qpn : *members) {
+    if (auto it = qps_.find(qpn); it != qps_.end()) DeliverPacket(it->second.get(), v);
+  }
+}
+
+// RNICs deliver a multicast they send to their own QPs attached to the
+// group as well (mlx5's multicast loopback); the internal loopback link
+// returns every frame anyway, other links do not. The copies are delivered
+// after the loop turn's sends, never from inside the sending QP; a group
+// with no member here is no drop to count.
+void Device::LoopBackMulticast() {
+  for (rte_mbuf* m : mcast_loop_) {
+    wire::PacketView v;
+    const std::vector<uint32_t>* members = nullptr;
+    if (m->nb_segs == 1 &&
+        wire::parse_frame({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, &v) ==
+            wire::ParseError::kOk &&
+        wire::gid_is_multicast(v.dip6.data()) && mcast_.Route(v, &members) == McastGroups::Verdict::kDeliver) {
+      HandleMulticast(v);
+    }
+    rte_pktmbuf_free(m);
+  }
+  mcast_loop_.clear();
+}
+
+void Device::LearnSender(const wire::PacketView& v) {
   // Learn the peer's MAC from its traffic: replies need no ARP or ND round
   // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
   // instead; IPv6 destinations are all on the link).
   if (v.ipv6) LearnNeighbor6(v.sip6, v.smac, /*create=*/true);
   else if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
+}
+
+void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   e->qp->OnPacket(v);
-  rte_pktmbuf_free(m);
   DeliverEvents(e);
   // An ACK may have opened the window; a request may have left READ
   // responses or ACKs to send.
@@ -332,6 +388,13 @@ void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
     return;
   }
   rte_pktmbuf_trim(m, static_cast<uint16_t>(f.capacity - len));
+  // IPv4 (01:00:5e) or IPv6 (33:33) multicast with groups attached here:
+  // keep a copy, untagged, for LoopBackMulticast.
+  const bool group_mac = (f.data[0] == 0x01 && f.data[1] == 0x00 && f.data[2] == 0x5E) ||
+                         (f.data[0] == 0x33 && f.data[1] == 0x33);
+  if (group_mac && !link_loops_back_ && mcast_.groups() != 0) {
+    if (rte_mbuf* c = rte_pktmbuf_copy(m, dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop_.push_back(c);
+  }
   TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   tx_.push_back(m);
   if (tx_.size() >= kTxBurst) FlushTx();

@@ -160,18 +160,17 @@ Transition transition(QpType type, QpState cur, QpState next) {
 
 }  // namespace
 
-bool av_destination(const AddressVector& av, const PortAddr& port, wire::Ipv6Addr* dgid) {
+bool av_destination(const AddressVector& av, const PortAddr& port, AvUse use, wire::Ipv6Addr* dgid) {
   if (!av.is_global) return false;
   if (wire::gid_is_ipv4_mapped(av.dgid)) {
     if (av.sgid_index != kGidIndexIpv4) return false;
   } else {
     if (av.sgid_index != kGidIndexIpv6 || !port.has_ip6) return false;
-    // ff00::/8 (RFC 4291 2.7): UD multicast is not implemented, and a
-    // connected QP never has a multicast peer.
-    if (av.dgid[0] == 0xFF) return false;
     static constexpr uint8_t kUnspecified[16] = {};
     if (std::memcmp(av.dgid, kUnspecified, 16) == 0) return false;
   }
+  // Multicast is a UD service; a connected QP's peer is one port.
+  if (use != AvUse::kUdHandle && wire::gid_is_multicast(av.dgid)) return false;
   std::memcpy(dgid->data(), av.dgid, 16);
   return true;
 }
@@ -197,7 +196,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   if ((mask & kAttrRnrRetry) && a.rnr_retry > 7) return EINVAL;
   if ((mask & kAttrMinRnrTimer) && a.min_rnr_timer > 31) return EINVAL;
   wire::Ipv6Addr dgid = dgid_;
-  if ((mask & kAttrAv) && !av_destination(a.av, port_, &dgid)) return EINVAL;
+  if ((mask & kAttrAv) && !av_destination(a.av, port_, AvUse::kConnected, &dgid)) return EINVAL;
   if ((mask & kAttrQkey) && type_ != QpType::kUd) return EINVAL;
 
   if (mask & kAttrAccessFlags) attr_.access_flags = a.access_flags;

@@ -162,12 +162,16 @@ struct QpInit {
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
+// What an address vector is for: a connected (RC/UC) QP's peer, or a UD
+// address handle, which may also name a multicast group.
+enum class AvUse : uint8_t { kConnected, kUdHandle };
 // The destination GID of an address vector, checked against the port's GID
 // table: RoCE needs a GRH, and the source GID index must name the port's
 // address of the destination's family (an IPv4-mapped GID goes from index
-// 0, any other from index 1). An unspecified or multicast IPv6 destination
-// is refused too. False means EINVAL.
-bool av_destination(const AddressVector& av, const PortAddr& port, wire::Ipv6Addr* dgid);
+// 0, any other from index 1). An unspecified IPv6 destination is refused,
+// and so is a multicast one (wire::gid_is_multicast) unless `use` is a UD
+// address handle. False means EINVAL.
+bool av_destination(const AddressVector& av, const PortAddr& port, AvUse use, wire::Ipv6Addr* dgid);
 
 // Asynchronous events a QP raises (values of enum ibv_event_type).
 enum class QpEvent : uint8_t { kFatal = 1, kReqErr = 2, kAccessErr = 3, kCommEst = 4, kSqDrained = 5, kLastWqeReached = 16 };

@@ -103,7 +103,9 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     if (total > mtu) return queue::wc::kLocLenErr;  // one packet per UD message
     ctx.dgid = ah->dgid;
     ctx.av = ah->av;
-    ctx.remote_qpn = w.remote_qpn & wire::kPsnMask;
+    // A multicast packet always carries the multicast QPN; the members'
+    // QPNs are the receiving devices' business.
+    ctx.remote_qpn = wire::gid_is_multicast(ah->dgid.data()) ? wire::kMulticastQpn : w.remote_qpn & wire::kPsnMask;
     // A Q_Key with the high bit set means "use the QP's own" (IBA 10.2.5).
     ctx.remote_qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
   }
@@ -367,7 +369,9 @@ bool Qp::PollSend(unsigned budget) {
       }
     }
     if (type_ == QpType::kUd && send_pkt_ == 0) {
-      if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
+      // A group has no neighbour to ask: its MAC is computed from it.
+      if (wire::gid_is_multicast(ctx.dgid.data())) dmac_ = wire::multicast_mac(ctx.dgid.data());
+      else if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
     }
     if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
       last_progress_ns_ = env_->NowNs();  // the timer starts with the first packet

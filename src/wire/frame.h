@@ -227,6 +227,16 @@ void finish_frame(uint8_t* frame, size_t frame_len, const Path& path);
 bool gid_is_ipv4_mapped(const uint8_t* gid);
 inline uint32_t gid_to_ipv4(const uint8_t* gid) { return load_be32(gid + 12); }
 Ipv6Addr ipv4_to_gid(uint32_t ip);
+// A multicast GID (rdma_is_multicast_addr in Linux): ff00::/8 (RFC 4291
+// 2.7), or the IPv4-mapped form of a 224.0.0.0/4 address (::ffff:239.x.y.z).
+bool gid_is_multicast(const uint8_t* gid);
+// The Ethernet group address a multicast GID is sent to: 01:00:5e and the
+// low 23 bits of an IPv4 group (RFC 1112 6.4), 33:33 and the low 32 bits of
+// an IPv6 group (RFC 2464 7). Meaningful only where gid_is_multicast holds.
+MacAddr multicast_mac(const uint8_t* gid);
+// The BTH destination QP of every multicast packet (IBA: QP 0xFFFFFF is
+// the multicast QPN; Linux IB_MULTICAST_QPN).
+inline constexpr uint32_t kMulticastQpn = 0xFFFFFF;
 // Sets the path's addresses from a source and destination GID: IPv4 when
 // both are IPv4-mapped, else IPv6.
 void path_set_gids(Path* path, const uint8_t* sgid, const uint8_t* dgid);

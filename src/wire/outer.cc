@@ -143,6 +143,16 @@ bool gid_is_ipv4_mapped(const uint8_t* gid) {
   return std::memcmp(gid, kPrefix, sizeof(kPrefix)) == 0;
 }
 
+bool gid_is_multicast(const uint8_t* gid) {
+  if (gid[0] == 0xFF) return true;
+  return gid_is_ipv4_mapped(gid) && (gid[12] & 0xF0) == 0xE0;
+}
+
+MacAddr multicast_mac(const uint8_t* gid) {
+  if (gid_is_ipv4_mapped(gid)) return {0x01, 0x00, 0x5E, static_cast<uint8_t>(gid[13] & 0x7F), gid[14], gid[15]};
+  return {0x33, 0x33, gid[12], gid[13], gid[14], gid[15]};
+}
+
 Ipv6Addr ipv4_to_gid(uint32_t ip) {
   Ipv6Addr g{};
   g[10] = g[11] = 0xFF;

@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 #include <vector>
+#include <algorithm>
 #include <atomic>
 
 #include "droce/droce.h"
@@ -1030,6 +1031,209 @@ TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
+// A UD QP on pd, in RTS with Q_Key qkey.
+ibv_qp* CreateUdQp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, uint32_t qkey) {
+  ibv_qp_init_attr a{};
+  a.send_cq = scq;
+  a.recv_cq = rcq;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* q = ibv_create_qp(pd, &a);
+  if (q == nullptr) return nullptr;
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_INIT;
+  r.port_num = 1;
+  r.qkey = qkey;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  r.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
+  r.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  return q;
+}
+
+// One UD SEND of `len` bytes from buf through `ah`.
+int PostUdSend(ibv_qp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey, const void* buf, uint32_t len,
+               uint32_t lkey) {
+  ibv_sge s{reinterpret_cast<uint64_t>(buf), len, lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = remote_qkey;
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = remote_qpn;
+  wr.wr.ud.remote_qkey = remote_qkey;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, &wr, &bad);
+}
+
+// IBA 10.2.5: a send WR whose Q_Key has the high-order bit set sends the
+// sending QP's own Q_Key instead.
+TEST_F(Loopback, UdPrivilegedQkeyBitSendsTheQpsOwnQkey) {
+  ibv_qp* rx = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* same = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* other = CreateUdQp(pd_, scq_, rcq_, 0x22222222);
+  for (ibv_qp* q : {rx, same, other}) {
+    ASSERT_NE(q, nullptr);
+    qps_.push_back(q);
+  }
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &ah_attr.grh.dgid), 0);
+  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  std::memcpy(buf_.data(), "privileged", 10);
+  ASSERT_EQ(PostRecv(rx, 1, 8192, 40 + 64), 0);
+  ASSERT_EQ(PostRecv(rx, 2, 16384, 40 + 64), 0);
+  // From a QP whose own Q_Key is the receiver's: delivered, although the
+  // WR's Q_Key (with the bit cleared) is not the receiver's.
+  ASSERT_EQ(PostUdSend(same, ah, rx->qp_num, 0x80000000u, buf_.data(), 10, mr_->lkey), 0);
+  auto r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(r[0].wr_id, 1u);
+  EXPECT_EQ(r[0].src_qp, same->qp_num);
+  EXPECT_EQ(std::memcmp(buf_.data() + 8192 + 40, "privileged", 10), 0);
+  // From a QP with another Q_Key: that one goes out, and is dropped.
+  ASSERT_EQ(PostUdSend(other, ah, rx->qp_num, 0x91111111u, buf_.data(), 10, mr_->lkey), 0);
+  EXPECT_EQ(Poll(scq_, 2).size(), 2u);
+  usleep(20000);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
+// ibv_attach_mcast: one SEND to a group reaches every attached UD QP whose
+// Q_Key matches, and nothing else; detach stops delivery.
+TEST_F(Loopback, UdMulticastReachesEveryAttachedQp) {
+  ibv_device_attr dev{};
+  ASSERT_EQ(ibv_query_device(ctx_, &dev), 0);
+  EXPECT_GT(dev.max_mcast_grp, 0);
+  EXPECT_GT(dev.max_mcast_qp_attach, 1);
+  EXPECT_GE(dev.max_total_mcast_qp_attach, dev.max_mcast_qp_attach);
+
+  ibv_qp* tx = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* m1 = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* m2 = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* wrong_qkey = CreateUdQp(pd_, scq_, rcq_, 0x33333333);
+  ibv_qp* outsider = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  for (ibv_qp* q : {tx, m1, m2, wrong_qkey, outsider}) {
+    ASSERT_NE(q, nullptr);
+    qps_.push_back(q);
+  }
+  ibv_gid group{};  // ::ffff:239.1.2.3
+  group.raw[10] = group.raw[11] = 0xFF;
+  group.raw[12] = 239;
+  group.raw[13] = 1;
+  group.raw[14] = 2;
+  group.raw[15] = 3;
+  for (ibv_qp* q : {m1, m2, wrong_qkey}) ASSERT_EQ(ibv_attach_mcast(q, &group, 0), 0);
+  EXPECT_EQ(ibv_attach_mcast(m1, &group, 0), 0);  // attached already: no change
+
+  // The documented errors.
+  ibv_gid unicast{};
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &unicast), 0);
+  EXPECT_EQ(ibv_attach_mcast(outsider, &unicast, 0), EINVAL);
+  ibv_qp* rc = CreateQp(scq_, rcq_);
+  ASSERT_NE(rc, nullptr);
+  EXPECT_EQ(ibv_attach_mcast(rc, &group, 0), EINVAL);
+  EXPECT_EQ(ibv_detach_mcast(outsider, &group, 0), EINVAL);
+  EXPECT_EQ(ibv_attach_mcast(nullptr, &group, 0), EINVAL);
+  EXPECT_EQ(ibv_attach_mcast(m1, nullptr, 0), EINVAL);
+  EXPECT_EQ(ibv_destroy_qp(m1), EBUSY);  // IBA o10-2.2.3: detach first
+  // A connected QP's peer is never a group.
+  ToInit(rc);
+  {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_1024;
+    a.dest_qp_num = rc->qp_num;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.port_num = 1;
+    a.ah_attr.grh.dgid = group;
+    EXPECT_EQ(ibv_modify_qp(rc, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
+              EINVAL);
+  }
+
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.hop_limit = 1;
+  ah_attr.grh.dgid = group;
+  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  droce::Counters before = droce::provider::to_ctx(ctx_)->s->engine->ReadCounters();
+  const std::vector<ibv_qp*> receivers = {m1, m2, wrong_qkey, outsider};
+  for (size_t i = 0; i < receivers.size(); ++i) {
+    ASSERT_EQ(PostRecv(receivers[i], 100 + i, 8192 + 1024 * i, 40 + 64), 0);
+  }
+  std::memcpy(buf_.data(), "to the group", 12);
+  // remote_qpn is whatever the application puts; the wire carries 0xFFFFFF.
+  ASSERT_EQ(PostUdSend(tx, ah, 0xFFFFFF, 0x11111111, buf_.data(), 12, mr_->lkey), 0);
+  auto r = Poll(rcq_, 2);
+  ASSERT_EQ(r.size(), 2u);
+  std::vector<uint32_t> got;
+  for (const ibv_wc& wc : r) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 40u + 12);
+    EXPECT_EQ(wc.src_qp, tx->qp_num);
+    EXPECT_TRUE(wc.wc_flags & IBV_WC_GRH);
+    got.push_back(wc.qp_num);
+    ASSERT_GE(wc.wr_id, 100u);
+    const uint8_t* b = buf_.data() + 8192 + 1024 * (wc.wr_id - 100);
+    EXPECT_EQ(std::memcmp(b + 40, "to the group", 12), 0);
+    EXPECT_EQ(b[20] >> 4, 4);
+    EXPECT_EQ(std::memcmp(b + 20 + 16, group.raw + 12, 4), 0);  // the IPv4 header's destination
+  }
+  std::sort(got.begin(), got.end());
+  std::vector<uint32_t> want = {m1->qp_num, m2->qp_num};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  usleep(20000);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);  // not the outsider, not the wrong Q_Key
+  droce::Counters after = droce::provider::to_ctx(ctx_)->s->engine->ReadCounters();
+  EXPECT_EQ(after.mcast_rcvd_pkts - before.mcast_rcvd_pkts, 1u);
+  EXPECT_EQ(after.qkey_viol - before.qkey_viol, 1u);
+
+  // Detached, m2 gets nothing; m1 still does.
+  ASSERT_EQ(ibv_detach_mcast(m2, &group, 0), 0);
+  EXPECT_EQ(ibv_detach_mcast(m2, &group, 0), EINVAL);
+  ASSERT_EQ(PostRecv(m1, 200, 8192, 40 + 64), 0);
+  ASSERT_EQ(PostRecv(m2, 201, 9216, 40 + 64), 0);
+  ASSERT_EQ(PostUdSend(tx, ah, 0, 0x11111111, buf_.data(), 12, mr_->lkey), 0);
+  r = Poll(rcq_, 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].qp_num, m1->qp_num);
+  EXPECT_EQ(r[0].wr_id, 200u);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  usleep(20000);
+  EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);
+
+  // With every member gone the group is gone: the packet is counted as such.
+  ASSERT_EQ(ibv_detach_mcast(m1, &group, 0), 0);
+  ASSERT_EQ(ibv_detach_mcast(wrong_qkey, &group, 0), 0);
+  before = after;
+  ASSERT_EQ(PostUdSend(tx, ah, 0, 0x11111111, buf_.data(), 12, mr_->lkey), 0);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    usleep(1000);
+    after = droce::provider::to_ctx(ctx_)->s->engine->ReadCounters();
+  } while (after.mcast_no_group_drop == before.mcast_no_group_drop && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(after.mcast_no_group_drop - before.mcast_no_group_drop, 1u);
+  EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
 TEST_F(Loopback, SharedReceiveQueueFeedsSeveralQps) {
   ibv_srq_init_attr sa{};
   sa.attr.max_wr = 64;
@@ -1664,6 +1868,55 @@ TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
 }
 
+// An IPv6 group (ff0e::/16, sgid_index 1): the GRH is the IPv6 header with
+// the group as destination.
+TEST_F(LoopbackIpv6, UdMulticastToAnIpv6Group) {
+  ibv_qp* tx = CreateUdQp(pd_, scq_, rcq_, 0x4242);
+  ibv_qp* m1 = CreateUdQp(pd_, scq_, rcq_, 0x4242);
+  ibv_qp* m2 = CreateUdQp(pd_, scq_, rcq_, 0x4242);
+  for (ibv_qp* q : {tx, m1, m2}) {
+    ASSERT_NE(q, nullptr);
+    qps_.push_back(q);
+  }
+  ibv_gid group{};
+  group.raw[0] = 0xFF;
+  group.raw[1] = 0x0E;
+  group.raw[14] = 0x12;
+  group.raw[15] = 0x34;
+  ASSERT_EQ(ibv_attach_mcast(m1, &group, 0), 0);
+  ASSERT_EQ(ibv_attach_mcast(m2, &group, 0), 0);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.sgid_index = 1;
+  ah_attr.grh.hop_limit = 5;
+  ah_attr.grh.dgid = group;
+  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  ASSERT_EQ(PostRecv(m1, 1, 8192, 40 + 64), 0);
+  ASSERT_EQ(PostRecv(m2, 2, 9216, 40 + 64), 0);
+  std::memcpy(buf_.data(), "v6 group", 8);
+  ASSERT_EQ(PostUdSend(tx, ah, 0xFFFFFF, 0x4242, buf_.data(), 8, mr_->lkey), 0);
+  auto r = Poll(rcq_, 2);
+  ASSERT_EQ(r.size(), 2u);
+  for (const ibv_wc& wc : r) {
+    EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.src_qp, tx->qp_num);
+    EXPECT_TRUE(wc.wc_flags & IBV_WC_GRH);
+    const uint8_t* g = buf_.data() + (wc.wr_id == 1 ? 8192 : 9216);
+    EXPECT_EQ(g[0] >> 4, 6);
+    EXPECT_EQ(g[7], 5);                                  // hop limit
+    EXPECT_EQ(std::memcmp(g + 8, ip6_, 16), 0);          // from the port's address
+    EXPECT_EQ(std::memcmp(g + 24, group.raw, 16), 0);    // to the group
+    EXPECT_EQ(std::memcmp(g + 40, "v6 group", 8), 0);
+  }
+  EXPECT_NE(r[0].qp_num, r[1].qp_num);
+  EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+  EXPECT_EQ(ibv_detach_mcast(m1, &group, 0), 0);
+  EXPECT_EQ(ibv_detach_mcast(m2, &group, 0), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
 TEST_F(LoopbackIpv6, UcSendOverGidIndexOne) { UcSends(1); }
 
 TEST_F(LoopbackIpv6, SgidIndexMustMatchTheDestinationFamily) {
@@ -1710,10 +1963,13 @@ TEST_F(LoopbackIpv6, SgidIndexMustMatchTheDestinationFamily) {
     uint8_t is_global;
   };
   for (const Case& c : {Case{&g6, 0, 1}, Case{&g4, 1, 1}, Case{&g6, 2, 1}, Case{&g4, 2, 1},
-                        Case{&multicast, 1, 1}, Case{&unspecified, 1, 1}, Case{&g6, 1, 0}}) {
+                        Case{&unspecified, 1, 1}, Case{&g6, 1, 0}, Case{&multicast, 0, 1}}) {
     EXPECT_EQ(rtr(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
     EXPECT_EQ(ah(*c.dgid, c.sgid_index, c.is_global), EINVAL) << int{c.sgid_index};
   }
+  // A group is a UD destination only.
+  EXPECT_EQ(rtr(multicast, 1, 1), EINVAL);
+  EXPECT_EQ(ah(multicast, 1, 1), 0);
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);

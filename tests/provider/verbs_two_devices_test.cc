@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -140,6 +141,122 @@ TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
     EXPECT_EQ(b.buf[2999], 'a' + i % 26);
     ASSERT_EQ(a.WaitOne().status, IBV_WC_SUCCESS) << i;
   }
+  a.Close();
+  b.Close();
+}
+
+// A UD QP in RTS on pd, with Q_Key 7.
+ibv_qp* UdQp(ibv_pd* pd, ibv_cq* cq) {
+  ibv_qp_init_attr a{};
+  a.send_cq = a.recv_cq = cq;
+  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  a.qp_type = IBV_QPT_UD;
+  ibv_qp* q = ibv_create_qp(pd, &a);
+  if (q == nullptr) return nullptr;
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_INIT;
+  r.port_num = 1;
+  r.qkey = 7;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  r.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
+  r.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  return q;
+}
+
+// A multicast from droce0 crosses the memif link to droce1's attached QPs,
+// and reaches droce0's own attached QP too, as an RNIC loops multicast back
+// to its own QPs (the memif link does not return frames).
+TEST_F(TwoDevices, MulticastReachesMembersOnBothDevices) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_NE(list, nullptr);
+  ASSERT_EQ(n, 2);
+  Side a, b;
+  a.Open(list[0]);
+  b.Open(list[1]);
+  ibv_free_device_list(list);
+  ibv_qp* tx = UdQp(a.pd, a.cq);
+  ibv_qp* a_member = UdQp(a.pd, a.cq);
+  ibv_qp* b_members[2] = {UdQp(b.pd, b.cq), UdQp(b.pd, b.cq)};
+  ibv_qp* b_outsider = UdQp(b.pd, b.cq);
+  ASSERT_TRUE(tx && a_member && b_members[0] && b_members[1] && b_outsider);
+  ibv_gid group{};  // ::ffff:239.7.7.7
+  group.raw[10] = group.raw[11] = 0xFF;
+  group.raw[12] = 239;
+  group.raw[13] = group.raw[14] = group.raw[15] = 7;
+  ASSERT_EQ(ibv_attach_mcast(a_member, &group, 0), 0);
+  for (ibv_qp* q : b_members) ASSERT_EQ(ibv_attach_mcast(q, &group, 0), 0);
+  auto post_recv = [](Side& s, ibv_qp* q, uint64_t id) {
+    ibv_sge rs{reinterpret_cast<uint64_t>(s.buf.data() + 1024 * id), 1024, s.mr->lkey};
+    ibv_recv_wr rw{};
+    rw.wr_id = id;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_recv(q, &rw, &bad);
+  };
+  ASSERT_EQ(post_recv(a, a_member, 1), 0);
+  ASSERT_EQ(post_recv(b, b_members[0], 2), 0);
+  ASSERT_EQ(post_recv(b, b_members[1], 3), 0);
+  ASSERT_EQ(post_recv(b, b_outsider, 4), 0);
+  ibv_ah_attr ah_attr{};
+  ah_attr.is_global = 1;
+  ah_attr.port_num = 1;
+  ah_attr.grh.hop_limit = 1;
+  ah_attr.grh.dgid = group;
+  ibv_ah* ah = ibv_create_ah(a.pd, &ah_attr);
+  ASSERT_NE(ah, nullptr);
+  std::memcpy(a.buf.data() + 32768, "group", 5);
+  ibv_sge ss{reinterpret_cast<uint64_t>(a.buf.data() + 32768), 5, a.mr->lkey};
+  ibv_send_wr sw{};
+  sw.wr_id = 99;
+  sw.sg_list = &ss;
+  sw.num_sge = 1;
+  sw.opcode = IBV_WR_SEND;
+  sw.send_flags = IBV_SEND_SIGNALED;
+  sw.wr.ud.ah = ah;
+  sw.wr.ud.remote_qpn = 0xFFFFFF;
+  sw.wr.ud.remote_qkey = 7;
+  ibv_send_wr* sbad = nullptr;
+  ASSERT_EQ(ibv_post_send(tx, &sw, &sbad), 0);
+  // droce0: the send completion and its own member's receive, in any order.
+  std::vector<uint64_t> a_ids;
+  for (int i = 0; i < 2; ++i) {
+    ibv_wc wc = a.WaitOne();
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    a_ids.push_back(wc.wr_id);
+    if (wc.wr_id == 1) {
+      EXPECT_EQ(wc.qp_num, a_member->qp_num);
+      EXPECT_EQ(wc.src_qp, tx->qp_num);
+      EXPECT_EQ(std::memcmp(a.buf.data() + 1024 + 40, "group", 5), 0);
+    }
+  }
+  std::sort(a_ids.begin(), a_ids.end());
+  EXPECT_EQ(a_ids, (std::vector<uint64_t>{1, 99}));
+  std::vector<uint32_t> b_qps;
+  for (int i = 0; i < 2; ++i) {
+    ibv_wc wc = b.WaitOne();
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc.byte_len, 40u + 5);
+    EXPECT_EQ(wc.src_qp, tx->qp_num);
+    EXPECT_EQ(std::memcmp(b.buf.data() + 1024 * wc.wr_id + 40, "group", 5), 0);
+    b_qps.push_back(wc.qp_num);
+  }
+  std::sort(b_qps.begin(), b_qps.end());
+  std::vector<uint32_t> want = {b_members[0]->qp_num, b_members[1]->qp_num};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(b_qps, want);
+  usleep(20000);
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(b.cq, 1, &wc), 0);  // not the outsider
+  EXPECT_EQ(ibv_poll_cq(a.cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_detach_mcast(a_member, &group, 0), 0);
+  for (ibv_qp* q : b_members) EXPECT_EQ(ibv_detach_mcast(q, &group, 0), 0);
+  EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  for (ibv_qp* q : {tx, a_member, b_members[0], b_members[1], b_outsider}) EXPECT_EQ(ibv_destroy_qp(q), 0);
   a.Close();
   b.Close();
 }
