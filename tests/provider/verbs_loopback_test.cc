@@ -962,30 +962,35 @@ TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
 
 TEST_F(Loopback, UcSendAndWrite) { UcSends(0); }
 
-TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
+// A UD QP on pd, in RTS with Q_Key qkey.
+ibv_qp* CreateUdQp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, uint32_t qkey) {
   ibv_qp_init_attr a{};
-  a.send_cq = scq_;
-  a.recv_cq = rcq_;
+  a.send_cq = scq;
+  a.recv_cq = rcq;
   a.cap.max_send_wr = a.cap.max_recv_wr = 16;
   a.cap.max_send_sge = a.cap.max_recv_sge = 1;
   a.qp_type = IBV_QPT_UD;
-  ibv_qp* x = ibv_create_qp(pd_, &a);
-  ibv_qp* y = ibv_create_qp(pd_, &a);
+  ibv_qp* q = ibv_create_qp(pd, &a);
+  if (q == nullptr) return nullptr;
+  ibv_qp_attr r{};
+  r.qp_state = IBV_QPS_INIT;
+  r.port_num = 1;
+  r.qkey = qkey;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  r.qp_state = IBV_QPS_RTR;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
+  r.qp_state = IBV_QPS_RTS;
+  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
+  return q;
+}
+
+TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
+  ibv_qp* x = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* y = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
   ASSERT_NE(x, nullptr);
   ASSERT_NE(y, nullptr);
   qps_.push_back(x);
   qps_.push_back(y);
-  for (ibv_qp* q : {x, y}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_INIT;
-    r.port_num = 1;
-    r.qkey = 0x11111111;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-    r.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
-    r.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  }
   ibv_ah_attr ah_attr{};
   ah_attr.is_global = 1;
   ah_attr.port_num = 1;
@@ -1029,28 +1034,6 @@ TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   EXPECT_EQ(ibv_poll_cq(rcq_, 1, &wc), 0);
   EXPECT_EQ(ibv_destroy_ah(back), 0);
   EXPECT_EQ(ibv_destroy_ah(ah), 0);
-}
-
-// A UD QP on pd, in RTS with Q_Key qkey.
-ibv_qp* CreateUdQp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, uint32_t qkey) {
-  ibv_qp_init_attr a{};
-  a.send_cq = scq;
-  a.recv_cq = rcq;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UD;
-  ibv_qp* q = ibv_create_qp(pd, &a);
-  if (q == nullptr) return nullptr;
-  ibv_qp_attr r{};
-  r.qp_state = IBV_QPS_INIT;
-  r.port_num = 1;
-  r.qkey = qkey;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-  r.qp_state = IBV_QPS_RTR;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
-  r.qp_state = IBV_QPS_RTS;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  return q;
 }
 
 // One UD SEND of `len` bytes from buf through `ah`.
@@ -1756,29 +1739,12 @@ TEST_F(LoopbackIpv6, RcSendWriteReadAndAtomicsOverGidIndexOne) {
 }
 
 TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
-  ibv_qp_init_attr a{};
-  a.send_cq = scq_;
-  a.recv_cq = rcq_;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UD;
-  ibv_qp* x = ibv_create_qp(pd_, &a);
-  ibv_qp* y = ibv_create_qp(pd_, &a);
+  ibv_qp* x = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
+  ibv_qp* y = CreateUdQp(pd_, scq_, rcq_, 0x11111111);
   ASSERT_NE(x, nullptr);
   ASSERT_NE(y, nullptr);
   qps_.push_back(x);
   qps_.push_back(y);
-  for (ibv_qp* q : {x, y}) {
-    ibv_qp_attr r{};
-    r.qp_state = IBV_QPS_INIT;
-    r.port_num = 1;
-    r.qkey = 0x11111111;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-    r.qp_state = IBV_QPS_RTR;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
-    r.qp_state = IBV_QPS_RTS;
-    ASSERT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  }
   ibv_ah_attr ah_attr{};
   ah_attr.is_global = 1;
   ah_attr.port_num = 1;
