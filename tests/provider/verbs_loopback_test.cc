@@ -210,6 +210,33 @@ class Loopback : public ::testing::Test {
   }
   // Takes whatever completions arrive within a short while (e.g. flushes).
   void Drain(ibv_cq* cq) { Poll(cq, 1 << 20, std::chrono::milliseconds(200)); }
+  ibv_srq* CreateSrq(uint32_t max_wr) {
+    ibv_srq_init_attr sa{};
+    sa.attr.max_wr = max_wr;
+    sa.attr.max_sge = 1;
+    return ibv_create_srq(pd_, &sa);
+  }
+  // An RC QP that receives from srq into rcq_ (the test destroys it before
+  // the SRQ; it is not in qps_).
+  ibv_qp* CreateSrqQp(ibv_srq* srq) {
+    ibv_qp_init_attr a{};
+    a.send_cq = scq_;
+    a.recv_cq = rcq_;
+    a.srq = srq;
+    a.cap.max_send_wr = 16;
+    a.cap.max_send_sge = 1;
+    a.qp_type = IBV_QPT_RC;
+    return ibv_create_qp(pd_, &a);
+  }
+  int PostSrqRecv(ibv_srq* srq, uint64_t wr_id, size_t off, uint32_t len) {
+    ibv_sge sg{reinterpret_cast<uint64_t>(buf_.data() + off), len, mr_->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = wr_id;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    return ibv_post_srq_recv(srq, &wr, &bad);
+  }
   // The next async event, acknowledged; event_type -1 if none came in time.
   ibv_async_event NextAsyncEvent(int timeout_ms = 10000) {
     ibv_async_event ev{};
@@ -549,31 +576,13 @@ TEST_F(Loopback, FirstPacketInRtrRaisesCommEstOnce) {
 }
 
 TEST_F(Loopback, SrqLimitAndLastWqeReached) {
-  ibv_srq_init_attr sa{};
-  sa.attr.max_wr = 16;
-  sa.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ibv_srq* srq = CreateSrq(16);
   ASSERT_NE(srq, nullptr);
-  ibv_qp_init_attr qa{};
-  qa.send_cq = scq_;
-  qa.recv_cq = rcq_;
-  qa.srq = srq;
-  qa.cap.max_send_wr = 16;
-  qa.cap.max_send_sge = 1;
-  qa.qp_type = IBV_QPT_RC;
-  ibv_qp* r = ibv_create_qp(pd_, &qa);
+  ibv_qp* r = CreateSrqQp(srq);
   ASSERT_NE(r, nullptr);
   ibv_qp* s = CreateQp(scq_, scq_);
   Connect(s, r);
-  for (int i = 0; i < 8; ++i) {
-    ibv_sge sg{reinterpret_cast<uint64_t>(buf_.data() + 8192 + i * 128), 128, mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 100 + i;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
-  }
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(PostSrqRecv(srq, 100 + i, 8192 + i * 128, 128), 0);
   ibv_srq_attr lim{};
   lim.srq_limit = 5;
   ASSERT_EQ(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
@@ -606,29 +615,13 @@ TEST_F(Loopback, CorruptSrqRingRaisesSrqErrAndFailsItsQps) {
   // A program that scribbles on the shared SRQ ring (a producer index far
   // beyond the capacity) breaks the SRQ, not the engine: IBV_EVENT_SRQ_ERR,
   // and the QPs on it go to ERR and report their last WQE.
-  ibv_srq_init_attr sa{};
-  sa.attr.max_wr = 8;
-  sa.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ibv_srq* srq = CreateSrq(8);
   ASSERT_NE(srq, nullptr);
-  ibv_qp_init_attr qa{};
-  qa.send_cq = scq_;
-  qa.recv_cq = rcq_;
-  qa.srq = srq;
-  qa.cap.max_send_wr = 8;
-  qa.cap.max_send_sge = 1;
-  qa.qp_type = IBV_QPT_RC;
-  ibv_qp* r = ibv_create_qp(pd_, &qa);
+  ibv_qp* r = CreateSrqQp(srq);
   ASSERT_NE(r, nullptr);
   ibv_qp* s = CreateQp(scq_, scq_);
   Connect(s, r);
-  ibv_sge sg{reinterpret_cast<uint64_t>(buf_.data() + 8192), 128, mr_->lkey};
-  ibv_recv_wr wr{};
-  wr.wr_id = 1;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
-  ibv_recv_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
+  ASSERT_EQ(PostSrqRecv(srq, 1, 8192, 128), 0);
   ASSERT_EQ(PostSend(s, 1, 0, 32), 0);
   ASSERT_EQ(Poll(rcq_, 1).size(), 1u);
   ASSERT_EQ(Poll(scq_, 1).size(), 1u);
@@ -1218,35 +1211,17 @@ TEST_F(Loopback, UdMulticastReachesEveryAttachedQp) {
 }
 
 TEST_F(Loopback, SharedReceiveQueueFeedsSeveralQps) {
-  ibv_srq_init_attr sa{};
-  sa.attr.max_wr = 64;
-  sa.attr.max_sge = 1;
-  ibv_srq* srq = ibv_create_srq(pd_, &sa);
+  ibv_srq* srq = CreateSrq(64);
   ASSERT_NE(srq, nullptr);
-  ibv_qp_init_attr a{};
-  a.send_cq = scq_;
-  a.recv_cq = rcq_;
-  a.srq = srq;
-  a.cap.max_send_wr = 16;
-  a.cap.max_send_sge = 1;
-  a.qp_type = IBV_QPT_RC;
-  ibv_qp* r1 = ibv_create_qp(pd_, &a);
-  ibv_qp* r2 = ibv_create_qp(pd_, &a);
+  ibv_qp* r1 = CreateSrqQp(srq);
+  ibv_qp* r2 = CreateSrqQp(srq);
   ibv_qp* s1 = CreateQp(scq_, scq_);
   ibv_qp* s2 = CreateQp(scq_, scq_);
   ASSERT_NE(r1, nullptr);
   ASSERT_NE(r2, nullptr);
   Connect(s1, r1);
   Connect(s2, r2);
-  for (int i = 0; i < 8; ++i) {
-    ibv_sge s{reinterpret_cast<uint64_t>(buf_.data() + 8192 + i * 128), 128, mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = 500 + i;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_srq_recv(srq, &wr, &bad), 0);
-  }
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(PostSrqRecv(srq, 500 + i, 8192 + i * 128, 128), 0);
   for (int i = 0; i < 4; ++i) {
     ASSERT_EQ(PostSend(s1, i, 0, 64), 0);
     ASSERT_EQ(PostSend(s2, 10 + i, 0, 64), 0);
