@@ -150,8 +150,10 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   // IBA 9.7.5.1.4: responses come as FIRST/MIDDLE/LAST or ONLY and carry
   // exactly a path MTU except the last. A READ reissued for its missing part
   // is a new request to the responder, so its first response is FIRST/ONLY;
-  // a MIDDLE/LAST of the original stream at the same PSN is as good.
-  const bool first_ok = ctx.resp_pkts == 0 || ctx.resp_pkts == ctx.read_restart;
+  // a MIDDLE/LAST of the original stream at the same PSN is as good. Several
+  // requests may be in flight (a reissue, then a rewind that resends the
+  // whole READ): a FIRST is valid wherever any of them started.
+  const bool first_ok = ctx.resp_pkts == 0 || ctx.issued_at_resp;
   if ((first && !first_ok) || (!first && ctx.resp_pkts == 0) || last != should_be_last ||
       pkt.payload_len != (last ? remaining : mtu)) {
     CompleteHeadWithError(queue::wc::kBadRespErr);
@@ -162,6 +164,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
     return;
   }
   ++ctx.resp_pkts;
+  ctx.issued_at_resp = false;
   last_progress_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
   if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);

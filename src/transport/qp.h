@@ -191,7 +191,9 @@ class Qp {
     uint32_t first_psn = 0;
     uint32_t npkts = 0;       // PSNs the WQE occupies (READ: response packets)
     uint32_t resp_pkts = 0;   // READ responses received so far
-    uint32_t read_restart = 0;  // READ: response index the last (re)issued request started at
+    // READ: a request starting at response index resp_pkts has been sent
+    // since resp_pkts took its value, so a FIRST/ONLY there is expected.
+    bool issued_at_resp = false;
     bool done = false;        // READ/atomic: response received
     bool rd_counted = false;  // counted in rd_atomic_inflight_
     uint32_t dip = 0;         // UD: destination

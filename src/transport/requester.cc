@@ -70,7 +70,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     ctx.total_len = 0;
     ctx.npkts = 0;
     ctx.resp_pkts = 0;
-    ctx.read_restart = 0;
+    ctx.issued_at_resp = false;
     ctx.done = false;
     ctx.rd_counted = false;
     return queue::wc::kSuccess;
@@ -94,7 +94,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   ctx.total_len = static_cast<uint32_t>(total);
   ctx.npkts = is_atomic(w.op) || total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
   ctx.resp_pkts = 0;
-  ctx.read_restart = 0;
+  ctx.issued_at_resp = false;
   ctx.done = false;
   ctx.rd_counted = false;
   if (type_ == QpType::kUd) {
@@ -377,7 +377,10 @@ bool Qp::PollSend(unsigned budget) {
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
     ++sent;
     if (rd) {
-      ctx.read_restart = send_pkt_;
+      // Requests start at most at resp_pkts (every rewind names the first
+      // missing response); one starting earlier does not make a FIRST
+      // at resp_pkts valid.
+      if (send_pkt_ == ctx.resp_pkts) ctx.issued_at_resp = true;
       if (!ctx.rd_counted) {
         ctx.rd_counted = true;
         ++rd_atomic_inflight_;

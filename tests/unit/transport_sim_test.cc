@@ -199,6 +199,63 @@ TEST(TransportSim, UnresolvableNeighborEndsInRetryExceeded) {
   EXPECT_EQ(a.qp->state(), QpState::kErr);
 }
 
+// Regression (found by transport_volume_test, seed 1000160): a READ
+// reissued for its missing second response, then rewound to its start by a
+// late sequence NAK, must still accept the reissue's ONLY response. The
+// completer remembered only the latest request's start and failed the READ
+// with BAD_RESP_ERR.
+TEST(TransportSim, ReadReissueThenRewindAcceptsEitherResponse) {
+  SimPair p(LinkFaults{}, 13);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 1}));  // 256-byte MTU: a 389-byte READ has 2 responses
+  SimQp &a = p.a, &b = p.b;
+  for (uint32_t i = 0; i < 389; ++i) b.buf[1024 + i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> read_req, nak, only;
+  int read_reqs = 0;
+  bool last_dropped = false;
+  p.net.tap = [&](const wire::PacketView& v) {
+    const uint8_t op = v.bth.opcode;
+    if (op == wire::kRcReadRequest && ++read_reqs == 1) {
+      read_req.assign(v.frame.begin(), v.frame.end());  // held: the WRITE after it draws a NAK
+      return false;
+    }
+    if (op == wire::kRcAck && nak.empty() &&
+        wire::read_aeth(v.ext(v.info->aeth)).type() == wire::AckType::kNak) {
+      nak.assign(v.frame.begin(), v.frame.end());  // held: it arrives late
+      return false;
+    }
+    if (op == wire::kRcReadResponseLast && !last_dropped) {
+      last_dropped = true;  // lost: the READ is reissued for its second response
+      return false;
+    }
+    if (op == wire::kRcReadResponseOnly && only.empty()) {
+      only.assign(v.frame.begin(), v.frame.end());  // the reissue's answer, held
+      return false;
+    }
+    return true;
+  };
+  a.PostOp(queue::WqeOp::kWrite, 1, 0, 16, b.Addr(0), b.key);
+  a.PostOp(queue::WqeOp::kRead, 2, 1024, 389, b.Addr(1024), b.key);
+  a.PostOp(queue::WqeOp::kWrite, 3, 0, 16, b.Addr(0), b.key);
+  ASSERT_TRUE(p.net.Run([&] { return !nak.empty(); }));
+  p.net.link.Inject(read_req);
+  ASSERT_TRUE(p.net.Run([&] { return !only.empty(); }));
+  p.net.link.Inject(nak);  // rewinds the requester to the READ's first PSN
+  ASSERT_TRUE(p.net.Run([&] { return read_reqs == 3; }));  // the whole READ resent
+  p.net.link.Inject(only);
+  std::vector<queue::Cqe> c(8);
+  int n = 0;
+  ASSERT_TRUE(p.net.Run([&] {
+    n += a.scq_c->Poll(c.data() + n, 8 - n);
+    return n == 3;
+  }));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c[i].wr_id, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(c[i].status, queue::wc::kSuccess) << "wr " << c[i].wr_id;
+  }
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + 1024, b.buf.data() + 1024, 389));
+  ExpectCleanLink(p);
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
   SimPair p(LinkFaults{}, 9);
   ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));

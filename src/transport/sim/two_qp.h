@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -106,6 +107,15 @@ class SimLink {
     }
     const uint64_t jitter = Roll(reorder_) ? 1000 + rng_() % 20000 : 0;
     Push(clock + 1000 + jitter, f.data, len);
+  }
+
+  // Puts a copy of `frame` on the link, due now (a test replaying a frame
+  // it held back).
+  void Inject(std::span<const uint8_t> frame) {
+    TxFrame f;
+    Alloc(static_cast<uint32_t>(frame.size()), &f);
+    std::memcpy(f.data, frame.data(), frame.size());
+    Push(clock, f.data, static_cast<uint32_t>(frame.size()));
   }
 
   bool idle() const { return heap_.empty(); }
@@ -394,6 +404,7 @@ class SimNet {
     const uint64_t sent_before = link.stats.sent;
     for (SimQp* q : qps_) more |= q->qp->PollSend(budget);
     const uint32_t delivered = link.DeliverDue([&](const wire::PacketView& v) {
+      if (tap && !tap(v)) return;
       for (SimQp* q : qps_) {
         if (q->qp->qpn() == v.bth.dqpn) {
           q->qp->OnPacket(v);
@@ -427,6 +438,9 @@ class SimNet {
     return true;
   }
 
+  // Sees every frame before its QP does; returning false drops it (a test
+  // that holds a frame back copies it and Injects it later).
+  std::function<bool(const wire::PacketView&)> tap;
   uint64_t unrouted = 0;
 
  private:
