@@ -6,6 +6,7 @@
 // rkey, wr_id order, atomic originals, and that each atomic ran exactly once.
 //
 //   DROCE_SIM_SCALE=N   multiplies the message counts (the slow suite runs 10)
+//   DROCE_SIM_SEEDS=N   runs N seeds per case instead of 4 (RC) or 2 (UC, UD)
 //   DROCE_SIM_SEED=S    runs only seed S: a failure's trace names its seed
 //
 // Timing is not asserted (benchmarks are in bench/); the message counts are
@@ -40,6 +41,12 @@ uint32_t Scale() {
   const char* v = std::getenv("DROCE_SIM_SCALE");
   const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 1;
   return n >= 1 && n <= 10000 ? static_cast<uint32_t>(n) : 1;
+}
+
+uint64_t Seeds(uint64_t fallback) {
+  const char* v = std::getenv("DROCE_SIM_SEEDS");
+  const long n = v != nullptr ? std::strtol(v, nullptr, 10) : 0;
+  return n >= 1 && n <= 1000000 ? static_cast<uint64_t>(n) : fallback;
 }
 
 std::optional<uint64_t> OnlySeed() {
@@ -261,7 +268,7 @@ uint64_t RcVolume(LinkFaults faults, uint8_t ibv_mtu, uint32_t nmsgs, uint64_t s
       const queue::Cqe& c = cqes[i];
       const Msg& m = msgs[a_done % depth];
       VOLUME_CHECK(c.wr_id == a_done, "send wr_id " << c.wr_id << " expected " << a_done);
-      VOLUME_CHECK(c.status == queue::wc::kSuccess, "send status " << int{c.status} << " seq " << m.seq);
+      VOLUME_CHECK(c.status == queue::wc::kSuccess, "send status " << int{c.status} << " seq " << m.seq << " op " << int(m.op) << " len " << m.len);
       VOLUME_CHECK(c.opcode == SendCqeOpcode(m.op), "send opcode seq " << m.seq);
       VOLUME_CHECK(c.byte_len == m.len, "send byte_len seq " << m.seq);
       VOLUME_CHECK(c.qp_num == a.qp->qpn(), "send qp_num");
@@ -451,7 +458,7 @@ template <typename Run>
 uint64_t ForSeeds(double loss, uint64_t first, uint64_t count, Run&& run) {
   uint64_t total = 0;
   const std::optional<uint64_t> only = OnlySeed();
-  for (uint64_t seed = first; seed < first + count; ++seed) {
+  for (uint64_t seed = first; seed < first + Seeds(count); ++seed) {
     if (only && *only != seed) continue;
     SCOPED_TRACE(testing::Message() << "loss " << loss << " seed " << seed
                                     << " (replay: DROCE_SIM_SEED=" << seed << ")");
@@ -469,7 +476,7 @@ TEST_P(RcVolumeTest, EveryOperation) {
   // Go-back-N resends the window after each loss: fewer outstanding at 10%.
   const uint32_t depth = loss >= 0.05 ? 16 : 64;
   const uint32_t per_seed = (loss >= 0.05 ? 25000 : 50000) * Scale();
-  const uint64_t first = loss == 0 ? 1 : loss < 0.05 ? 101 : 201;
+  const uint64_t first = loss == 0 ? 1'000'000 : loss < 0.05 ? 2'000'001 : 3'000'002;
   const uint64_t total = ForSeeds(loss, first, 4, [&](uint64_t seed) {
     return RcVolume(Faults(loss), static_cast<uint8_t>(1 + seed % 5), per_seed, seed, depth);
   });
@@ -481,14 +488,14 @@ class UnreliableVolumeTest : public testing::TestWithParam<double> {};
 
 TEST_P(UnreliableVolumeTest, Uc) {
   const double loss = GetParam();
-  const uint64_t first = loss == 0 ? 301 : loss < 0.05 ? 401 : 501;
+  const uint64_t first = loss == 0 ? 4'000'000 : loss < 0.05 ? 5'000'000 : 6'000'000;
   ForSeeds(loss, first, 2, [&](uint64_t seed) {
     return UnreliableVolume(QpType::kUc, Faults(loss), static_cast<uint8_t>(1 + seed % 5), 20000 * Scale(), seed);
   });
 }
 TEST_P(UnreliableVolumeTest, Ud) {
   const double loss = GetParam();
-  const uint64_t first = loss == 0 ? 601 : loss < 0.05 ? 701 : 801;
+  const uint64_t first = loss == 0 ? 7'000'000 : loss < 0.05 ? 8'000'000 : 9'000'000;
   ForSeeds(loss, first, 2, [&](uint64_t seed) {
     return UnreliableVolume(QpType::kUd, Faults(loss), static_cast<uint8_t>(1 + seed % 5), 20000 * Scale(), seed);
   });
