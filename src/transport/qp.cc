@@ -53,6 +53,13 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   recv_sge_.resize(srq_ != nullptr ? srq_->max_sge() : caps_.max_recv_sge);
   responses_.resize(kMaxResponses);
   atomic_history_.resize(kMaxResponses);
+  ResetUdMtu();
+}
+
+// UD has no path MTU attribute: a UD message may be as long as the port's
+// active MTU (IBA 9.8.4; rxe uses the port's MTU).
+void Qp::ResetUdMtu() {
+  if (type_ == QpType::kUd) attr_.path_mtu = port_.max_mtu;
 }
 
 bool Srq::Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad) {
@@ -256,6 +263,7 @@ void Qp::ResetQueues() {
   msn_ = 0;
   mac_valid_ = false;
   attr_ = QpAttr{};
+  ResetUdMtu();
 }
 
 void Qp::EnterError() {

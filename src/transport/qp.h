@@ -269,6 +269,7 @@ class Qp {
   void EnterError();
   void FlushAll();
   void ResetQueues();
+  void ResetUdMtu();
   bool PushSendCqe(const queue::Cqe& cqe);
   bool RetireSendWqe(const queue::Cqe* cqe);
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
