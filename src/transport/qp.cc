@@ -345,7 +345,7 @@ bool Qp::PushSendCqe(const queue::Cqe& in) {
   if (send_cq_->Push(cqe, false)) return true;
   // A completion that cannot be entered is never dropped silently: the CQ
   // raised CQ_ERR, and the QP goes to error with QP_FATAL (IBA 11.6.2).
-  ++env_->Stats().cq_overflow;
+  Count(QpCounter::cq_overflow);
   if (attr_.state != QpState::kErr) {
     Raise(QpEvent::kFatal);
     EnterError();
@@ -357,7 +357,7 @@ bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
   queue::Cqe cqe = in;
   cqe.timestamp_ns = env_->NowNs();
   if (recv_cq_->Push(cqe, solicited)) return true;
-  ++env_->Stats().cq_overflow;
+  Count(QpCounter::cq_overflow);
   if (attr_.state != QpState::kErr) {
     Raise(QpEvent::kFatal);
     EnterError();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/counters.h"
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
@@ -177,6 +178,8 @@ class Qp {
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
+  // This QP's counters (common/counters.h); read them on the worker.
+  const QpCounters& counters() const { return counters_; }
   // Events raised since the last call (bit i = QpEvent value i).
   uint32_t TakeEvents() {
     uint32_t e = events_;
@@ -275,6 +278,12 @@ class Qp {
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
   wire::Ipv4Path PathTo(const wire::MacAddr& dmac) const;
   void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
+  // One event, in this QP's counters and in the device's.
+  void Count(QpCounter c) {
+    const size_t i = static_cast<size_t>(c);
+    ++counters_.values[i];
+    ++(env_->Stats().*kQpCounterInfo[i].field);
+  }
 
   uint32_t qpn_;
   QpType type_;
@@ -292,6 +301,7 @@ class Qp {
   uint16_t udp_sport_ = 0xC000;
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
+  QpCounters counters_;
   bool sqd_notify_ = false;
   bool comm_est_raised_ = false;
 

@@ -125,7 +125,7 @@ bool Qp::FetchSendWqe() {
   // A hostile or malformed WQE completes in error once every earlier WQE has
   // completed, and the QP goes to the error state (IBA 10.8.3.1).
   if (sq_comp_ == sq_fetched_ && unacked_psn_ == next_psn_) {
-    ++env_->Stats().bad_wqe;
+    Count(QpCounter::bad_wqe);
     ++sq_fetched_;
     ++sq_send_;
     ctx.npkts = 0;
@@ -159,7 +159,7 @@ uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t
 // The WQE at the head failed locally: complete it with `status`, error the QP.
 bool Qp::FailHead(SendCtx& ctx, uint8_t status) {
   if (sq_send_ != sq_comp_) return false;  // earlier WQEs complete first
-  ++env_->Stats().bad_wqe;
+  Count(QpCounter::bad_wqe);
   queue::Cqe c{};
   c.wr_id = ctx.wqe.wr_id;
   c.status = status;
@@ -242,7 +242,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   std::memset(payload + len, 0, pad);
   wire::finish_icrc_v4(f.data, frame_len);
   env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
+  Count(QpCounter::sent_pkts);
   return true;
 }
 
@@ -298,7 +298,7 @@ bool Qp::WaitForNeighbor() {
   resolving_since_ns_ = 0;
   if (sq_send_ == sq_fetched_ && !FetchSendWqe()) return false;
   if (sq_send_ == sq_comp_ && send_pkt_ == 0) {
-    ++env_->Stats().retry_exceeded_err;
+    Count(QpCounter::retry_exceeded_err);
     FailHead(send_ctx_[sq_send_ & (sq_.size() - 1)], queue::wc::kRetryExcErr);
   }
   return false;

@@ -326,6 +326,14 @@ uint64_t RcVolume(LinkFaults faults, uint8_t ibv_mtu, uint32_t nmsgs, uint64_t s
   VOLUME_CHECK(final_word == word, "atomic word: an atomic ran twice or not at all");
   VOLUME_CHECK(a.qp->state() == QpState::kRts && b.qp->state() == QpState::kRts, "QP states");
   VOLUME_CHECK(p.net.link.stats.parse_errors == 0 && p.net.unrouted == 0, "link");
+  // One QP per environment: each QP counter equals the device counter.
+  for (size_t i = 0; i < kNumQpCounters; ++i) {
+    VOLUME_CHECK(a.qp->counters().values[i] == a.env->stats.*kQpCounterInfo[i].field &&
+                     b.qp->counters().values[i] == b.env->stats.*kQpCounterInfo[i].field,
+                 "QP counter " << kQpCounterInfo[i].name);
+  }
+  VOLUME_CHECK(b.qp->counters()[QpCounter::rcvd_pkts] >= nmsgs && a.qp->counters()[QpCounter::sent_pkts] >= nmsgs,
+               "packet counters");
   const transport::sim::LinkStats& ls = p.net.link.stats;
   std::printf("  RC seed %llu MTU %u: %u messages, %llu frames (%llu lost, %llu duplicated, %llu corrupted), "
               "%llu timeouts, %llu sequence NAKs, %llu duplicate requests\n",
