@@ -139,6 +139,8 @@ class Device : public transport::TransportEnv {
   absl::Status DestroyAh(uint32_t id);
   absl::Status DestroyQp(uint32_t qpn);
   Counters ReadCounters();
+  // One QP's counters, read on the worker (their only writer).
+  absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn);
 
   // Datapath, any thread: new WQEs are in the QP's rings.
   // With wake=false the caller drives or wakes the worker itself (Kick).
