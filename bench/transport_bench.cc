@@ -23,7 +23,6 @@
 namespace {
 
 namespace queue = droce::queue;
-namespace transport = droce::transport;
 namespace sim = droce::transport::sim;
 
 constexpr uint32_t kDepth = 256;  // SQ and RQ slots
