@@ -53,7 +53,7 @@ extern "C" int droce_query_qp_counters(ibv_qp* qp, uint64_t* values, unsigned in
   }
   const auto c = provider::to_ctx(qp->context)->s->engine->ReadQpCounters(qp->qp_num);
   if (!c.ok()) return -EINVAL;
-  std::memcpy(values, c->values, sizeof(uint64_t) * std::min<size_t>(n, kNumQpCounters));
+  if (n != 0) std::memcpy(values, c->values, sizeof(uint64_t) * std::min<size_t>(n, kNumQpCounters));
   return static_cast<int>(kNumQpCounters);
 }
 
