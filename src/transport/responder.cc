@@ -178,7 +178,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
   const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead
                         : (mask & wire::kMaskWrite) ? mem::kRemoteWrite
-                        : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0;
+                        : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0u;
   if (need != 0 && !(attr_.access_flags & need)) {
     ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
     return;
