@@ -256,6 +256,33 @@ TEST(TransportSim, ReadReissueThenRewindAcceptsEitherResponse) {
   ExpectCleanLink(p);
 }
 
+// Regression: UD has no path MTU attribute; its messages may be as long as
+// the port's active MTU (4096 here), not QpAttr's default 1024.
+TEST(TransportSim, UdMessageUpToThePortMtu) {
+  SimPair p(LinkFaults{}, 14);
+  ASSERT_EQ(0, p.Init(16, 64, 3 * 4096, {}, transport::QpType::kUd));
+  SimQp &a = p.a, &b = p.b;
+  for (uint32_t i = 0; i < 4096; ++i) a.buf[4096 + i] = static_cast<uint8_t>(i * 13 + 5);
+  b.PostRecv(1, 0, 40 + 4096);
+  queue::SendWqe w{};
+  w.wr_id = 2;
+  w.op = queue::WqeOp::kSend;
+  w.flags = queue::kWqeSignaled;
+  w.num_sge = 1;
+  w.ah = 1;
+  w.remote_qpn = b.qp->qpn();
+  w.remote_qkey = transport::sim::ConnectOpts{}.qkey;
+  const queue::Sge s{a.Addr(4096), 4096, a.key};
+  a.Post(w, &s);
+  queue::Cqe sc{}, rc{};
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(&sc, 1) == 1; }));
+  EXPECT_EQ(sc.status, queue::wc::kSuccess);
+  ASSERT_TRUE(p.net.Run([&] { return b.rcq_c->Poll(&rc, 1) == 1; }));
+  EXPECT_EQ(rc.status, queue::wc::kSuccess);
+  EXPECT_EQ(rc.byte_len, 40u + 4096u);
+  EXPECT_EQ(0, std::memcmp(b.buf.data() + 40, a.buf.data() + 4096, 4096));
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
   SimPair p(LinkFaults{}, 9);
   ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
