@@ -150,6 +150,12 @@ Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_c
                      int comp_vector);
 bool context_is_ours(ibv_context* c);
 
+// DROCE_STATS=1: counters on stderr, a QP's at ibv_destroy_qp and the
+// device's at ibv_close_device (verbs_counters.cc).
+bool stats_enabled();
+void print_qp_counters(ibv_qp* qp);
+void print_device_counters(ibv_context* context);
+
 // Queues an async event; false if the queue is full (the event is dropped).
 bool push_async_event(Context* ctx, const ibv_async_event& ev);
 

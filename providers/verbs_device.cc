@@ -335,16 +335,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
 int ibv_close_device(ibv_context* context) {
   if (!is_ours(context)) return EINVAL;
   Context* ctx = to_ctx(context);
-  // DROCE_STATS=1: the device's counters on stderr when the program closes it.
-  if (const char* v = std::getenv("DROCE_STATS"); v != nullptr && *v != '\0' && *v != '0') {
-    const droce::Counters c = ctx->s->engine->ReadCounters();
-    std::fprintf(stderr, "droce: %s counters (non-zero):\n", context->device->name);
-    for (const auto& info : droce::kCounterInfo) {
-      const uint64_t n = c.*(info.field);
-      if (n != 0) std::fprintf(stderr, "droce:   %-22s %12llu  %s\n", info.name,
-                               static_cast<unsigned long long>(n), info.description);
-    }
-  }
+  if (stats_enabled()) print_device_counters(context);
   ctx->s->engine->RemoveDeviceSink(&ctx->s->events);
   close(context->async_fd);
   pthread_mutex_destroy(&context->mutex);

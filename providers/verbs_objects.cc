@@ -548,6 +548,7 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 
 int ibv_destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
+  if (stats_enabled()) print_qp_counters(qp);
   if (int rc = status_errno(engine_of(qp->context)->DestroyQp(qp->qp_num)); rc != 0) return rc;
   // No event can be raised for it any more: drop those not yet read, and
   // wait until those read are acknowledged, as the kernel and libibverbs do.

@@ -1,16 +1,19 @@
-// Per-worker datapath counters. Plain fields with one writer (the worker
-// thread); readers on the slow path may see slightly stale values. Names
-// follow Linux rxe's hw counters where one exists.
+// Datapath counters, per device and per QP (docs/COUNTERS.md). Plain fields
+// with one writer (the worker thread), copied out on the worker through its
+// mailbox. Names follow Linux rxe's hw counters where one exists.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <string_view>
 
 namespace droce {
 
 #define DROCE_COUNTERS(X)                                                                   \
   X(sent_pkts, "RoCE packets transmitted")                                                 \
-  X(rcvd_pkts, "RoCE packets received and accepted by a QP")                               \
-  X(tx_dropped, "frames the link refused after retries; the transport retransmits")        \
+  X(rcvd_pkts, "RoCE packets received for an existing QP (requests, responses, duplicates)") \
+  X(tx_dropped, "frames not sent: refused by the link after retries, or responses a responder could not queue; the requester retransmits") \
   X(link_downed, "times the port's link went down (IBV_EVENT_PORT_ERR)")                   \
   X(srq_err, "SRQs put in error because their shared ring was corrupt (IBV_EVENT_SRQ_ERR)") \
   X(icrc_err, "received packets dropped because their ICRC was wrong")                     \
@@ -57,6 +60,62 @@ inline constexpr CounterInfo kCounterInfo[] = {
 #define DROCE_COUNTER_INFO(name, desc) {#name, desc, &Counters::name},
     DROCE_COUNTERS(DROCE_COUNTER_INFO)
 #undef DROCE_COUNTER_INFO
+};
+
+// Per-QP counters: the device counters that count one QP's events, with the
+// same names and meanings (docs/COUNTERS.md). The transport counts each event
+// in its QP and in the device (Qp::Count). The QP's worker is their only
+// writer, and they are read on the worker too (through its mailbox), so they
+// are plain fields.
+#define DROCE_QP_COUNTERS(X) \
+  X(sent_pkts)               \
+  X(rcvd_pkts)               \
+  X(duplicate_request)       \
+  X(out_of_seq_request)      \
+  X(rcvd_seq_err)            \
+  X(rcvd_rnr_err)            \
+  X(send_rnr_err)            \
+  X(rcvd_inv_req_err)        \
+  X(send_inv_req_err)        \
+  X(send_rem_access_err)     \
+  X(retry_exceeded_err)      \
+  X(rnr_nak_retry_err)       \
+  X(completer_retry_err)     \
+  X(stale_ack)               \
+  X(ack_coalesced)           \
+  X(tx_dropped)              \
+  X(malformed_pkts)          \
+  X(qp_state_drop)           \
+  X(qkey_viol)               \
+  X(dropped_msgs)            \
+  X(bad_wqe)                 \
+  X(cq_overflow)
+
+enum class QpCounter : uint8_t {
+#define DROCE_QP_COUNTER_ENUM(name) name,
+  DROCE_QP_COUNTERS(DROCE_QP_COUNTER_ENUM)
+#undef DROCE_QP_COUNTER_ENUM
+};
+
+// The device counter of the same name; a name that is not one fails to compile.
+constexpr const CounterInfo& device_counter(std::string_view name) {
+  for (const CounterInfo& i : kCounterInfo) {
+    if (name == i.name) return i;
+  }
+  throw "not a device counter";
+}
+
+// In QpCounter order: name, description and the device field.
+inline constexpr CounterInfo kQpCounterInfo[] = {
+#define DROCE_QP_COUNTER_INFO(name) device_counter(#name),
+    DROCE_QP_COUNTERS(DROCE_QP_COUNTER_INFO)
+#undef DROCE_QP_COUNTER_INFO
+};
+inline constexpr size_t kNumQpCounters = std::size(kQpCounterInfo);
+
+struct QpCounters {
+  uint64_t values[kNumQpCounters] = {};
+  uint64_t operator[](QpCounter c) const { return values[static_cast<size_t>(c)]; }
 };
 
 }  // namespace droce

@@ -686,4 +686,12 @@ Counters Device::ReadCounters() {
   return c;
 }
 
+absl::StatusOr<QpCounters> Device::ReadQpCounters(uint32_t qpn) {
+  absl::StatusOr<QpCounters> r = absl::NotFoundError("no such QP");
+  RunOnWorker([&] {
+    if (auto it = qps_.find(qpn); it != qps_.end()) r = it->second->qp->counters();
+  });
+  return r;
+}
+
 }  // namespace droce::engine

@@ -171,6 +171,8 @@ class Device : public transport::TransportEnv {
   int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
   int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
   Counters ReadCounters();
+  // One QP's counters, read on the worker (their only writer).
+  absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn);
 
   // Datapath, any thread: new WQEs are in the QP's rings.
   // With wake=false the caller drives or wakes the worker itself (Kick).

@@ -123,18 +123,18 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   if (attr_.state == QpState::kErr || (sq_comp_ == sq_send_ && send_pkt_ == 0)) return;
   SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
   if (ctx.wqe.op != queue::WqeOp::kRead || ctx.done) {
-    ++env_->Stats().stale_ack;
+    Count(QpCounter::stale_ack);
     return;
   }
   const uint32_t expected = wire::psn_add(ctx.first_psn, ctx.resp_pkts);
   const int32_t d = wire::psn_diff(psn, expected);
   if (d < 0) {
-    ++env_->Stats().stale_ack;  // a duplicate response
+    Count(QpCounter::stale_ack);  // a duplicate response
     return;
   }
   if (d > 0) {
     // A response was lost: ask again for the rest, once per gap.
-    ++env_->Stats().rcvd_seq_err;
+    Count(QpCounter::rcvd_seq_err);
     if (last_read_goback_psn_ != expected) {
       last_read_goback_psn_ = expected;
       GoBackTo(expected);
@@ -150,8 +150,10 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   // IBA 9.7.5.1.4: responses come as FIRST/MIDDLE/LAST or ONLY and carry
   // exactly a path MTU except the last. A READ reissued for its missing part
   // is a new request to the responder, so its first response is FIRST/ONLY;
-  // a MIDDLE/LAST of the original stream at the same PSN is as good.
-  const bool first_ok = ctx.resp_pkts == 0 || ctx.resp_pkts == ctx.read_restart;
+  // a MIDDLE/LAST of the original stream at the same PSN is as good. Several
+  // requests may be in flight (a reissue, then a rewind that resends the
+  // whole READ): a FIRST is valid wherever any of them started.
+  const bool first_ok = ctx.resp_pkts == 0 || ctx.issued_at_resp;
   if ((first && !first_ok) || (!first && ctx.resp_pkts == 0) || last != should_be_last ||
       pkt.payload_len != (last ? remaining : mtu)) {
     CompleteHeadWithError(queue::wc::kBadRespErr);
@@ -162,6 +164,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
     return;
   }
   ++ctx.resp_pkts;
+  ctx.issued_at_resp = false;
   last_progress_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
   if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
@@ -178,7 +181,7 @@ void Qp::OnAtomicAck(const wire::PacketView& pkt) {
   SendCtx& ctx = send_ctx_[sq_comp_ & (sq_.size() - 1)];
   if ((ctx.wqe.op != queue::WqeOp::kCmpSwap && ctx.wqe.op != queue::WqeOp::kFetchAdd) ||
       ctx.done || ctx.first_psn != psn) {
-    ++env_->Stats().stale_ack;
+    Count(QpCounter::stale_ack);
     return;
   }
   // The original value goes to the local buffer in host order (verbs).
@@ -198,17 +201,17 @@ void Qp::OnAtomicAck(const wire::PacketView& pkt) {
 
 void Qp::OnResponse(const wire::PacketView& pkt) {
   if (type_ != QpType::kRc) {
-    ++env_->Stats().malformed_pkts;  // responses exist only on RC
+    Count(QpCounter::malformed_pkts);  // responses exist only on RC
     return;
   }
   if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
-    ++env_->Stats().qp_state_drop;
+    Count(QpCounter::qp_state_drop);
     return;
   }
   const uint32_t psn = pkt.bth.psn;
   // A response must name a PSN in [unacked - 1, next - 1]; anything else is stale.
   if (wire::psn_diff(psn, unacked_psn_) < -1 || !wire::psn_lt(psn, next_psn_)) {
-    ++env_->Stats().stale_ack;
+    Count(QpCounter::stale_ack);
     return;
   }
   if (pkt.info->mask & wire::kMaskRead) {
@@ -240,12 +243,12 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       break;
     }
     case wire::AckType::kRnrNak: {
-      ++env_->Stats().rcvd_rnr_err;
+      Count(QpCounter::rcvd_rnr_err);
       CompleteUpTo(psn);
       unacked_psn_ = psn;
       if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBA 9.7.5.2.8)
         if (rnr_retries_left_ == 0) {
-          ++env_->Stats().rnr_nak_retry_err;
+          Count(QpCounter::rnr_nak_retry_err);
           CompleteHeadWithError(queue::wc::kRnrRetryExcErr);
           return;
         }
@@ -262,12 +265,12 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       unacked_psn_ = psn;
       switch (static_cast<wire::NakCode>(aeth.value())) {
         case wire::NakCode::kPsnSeqError:
-          ++env_->Stats().rcvd_seq_err;
+          Count(QpCounter::rcvd_seq_err);
           GoBackTo(psn);
           last_progress_ns_ = env_->NowNs();
           break;
         case wire::NakCode::kInvalidRequest:
-          ++env_->Stats().rcvd_inv_req_err;
+          Count(QpCounter::rcvd_inv_req_err);
           CompleteHeadWithError(queue::wc::kRemInvReqErr);
           break;
         case wire::NakCode::kRemoteAccessError:
@@ -281,7 +284,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       break;
     }
     case wire::AckType::kReserved:
-      ++env_->Stats().malformed_pkts;
+      Count(QpCounter::malformed_pkts);
       break;
   }
 }
@@ -298,9 +301,9 @@ void Qp::OnTimer(uint64_t now) {
   if (unacked_psn_ == next_psn_ || attr_.timeout == 0) return;  // 0: wait forever
   const uint64_t timeout_ns = 4096ull << attr_.timeout;  // 4.096 µs × 2^timeout
   if (now - last_progress_ns_ < timeout_ns) return;
-  ++env_->Stats().completer_retry_err;
+  Count(QpCounter::completer_retry_err);
   if (retries_left_ == 0) {
-    ++env_->Stats().retry_exceeded_err;
+    Count(QpCounter::retry_exceeded_err);
     CompleteHeadWithError(queue::wc::kRetryExcErr);
     return;
   }

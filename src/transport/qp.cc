@@ -53,6 +53,13 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   recv_sge_.resize(srq_ != nullptr ? srq_->max_sge() : caps_.max_recv_sge);
   responses_.resize(kMaxResponses);
   atomic_history_.resize(kMaxResponses);
+  ResetUdMtu();
+}
+
+// UD has no path MTU attribute: a UD message may be as long as the port's
+// active MTU (IBA 9.8.4; rxe uses the port's MTU).
+void Qp::ResetUdMtu() {
+  if (type_ == QpType::kUd) attr_.path_mtu = port_.max_mtu;
 }
 
 bool Srq::Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad) {
@@ -269,6 +276,7 @@ void Qp::ResetQueues() {
   msn_ = 0;
   mac_valid_ = false;
   attr_ = QpAttr{};
+  ResetUdMtu();
 }
 
 void Qp::EnterError() {
@@ -350,7 +358,7 @@ bool Qp::PushSendCqe(const queue::Cqe& in) {
   if (send_cq_->Push(cqe, false)) return true;
   // A completion that cannot be entered is never dropped silently: the CQ
   // raised CQ_ERR, and the QP goes to error with QP_FATAL (IBA 11.6.2).
-  ++env_->Stats().cq_overflow;
+  Count(QpCounter::cq_overflow);
   if (attr_.state != QpState::kErr) {
     Raise(QpEvent::kFatal);
     EnterError();
@@ -362,7 +370,7 @@ bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
   queue::Cqe cqe = in;
   cqe.timestamp_ns = env_->NowNs();
   if (recv_cq_->Push(cqe, solicited)) return true;
-  ++env_->Stats().cq_overflow;
+  Count(QpCounter::cq_overflow);
   if (attr_.state != QpState::kErr) {
     Raise(QpEvent::kFatal);
     EnterError();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/counters.h"
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
@@ -203,6 +204,8 @@ class Qp {
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
+  // This QP's counters (common/counters.h); read them on the worker.
+  const QpCounters& counters() const { return counters_; }
   // Events raised since the last call (bit i = QpEvent value i).
   uint32_t TakeEvents() {
     uint32_t e = events_;
@@ -217,7 +220,9 @@ class Qp {
     uint32_t first_psn = 0;
     uint32_t npkts = 0;       // PSNs the WQE occupies (READ: response packets)
     uint32_t resp_pkts = 0;   // READ responses received so far
-    uint32_t read_restart = 0;  // READ: response index the last (re)issued request started at
+    // READ: a request starting at response index resp_pkts has been sent
+    // since resp_pkts took its value, so a FIRST/ONLY there is expected.
+    bool issued_at_resp = false;
     bool done = false;        // READ/atomic: response received
     bool rd_counted = false;  // counted in rd_atomic_inflight_
     wire::Ipv6Addr dgid{};    // UD: destination
@@ -293,6 +298,7 @@ class Qp {
   void EnterError();
   void FlushAll();
   void ResetQueues();
+  void ResetUdMtu();
   bool PushSendCqe(const queue::Cqe& cqe);
   bool RetireSendWqe(const queue::Cqe* cqe);
   bool PushRecvCqe(const queue::Cqe& cqe, bool solicited);
@@ -300,6 +306,12 @@ class Qp {
   // address of that family, with the GRH fields of `av`.
   wire::Path PathTo(const wire::MacAddr& dmac, const wire::Ipv6Addr& dgid, const AddressVector& av) const;
   void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
+  // One event, in this QP's counters and in the device's.
+  void Count(QpCounter c) {
+    const size_t i = static_cast<size_t>(c);
+    ++counters_.values[i];
+    ++(env_->Stats().*kQpCounterInfo[i].field);
+  }
 
   uint32_t qpn_;
   QpType type_;
@@ -317,6 +329,7 @@ class Qp {
   uint16_t udp_sport_ = 0xC000;
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
+  QpCounters counters_;
   bool sqd_notify_ = false;
   bool comm_est_raised_ = false;
 

@@ -70,7 +70,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     ctx.total_len = 0;
     ctx.npkts = 0;
     ctx.resp_pkts = 0;
-    ctx.read_restart = 0;
+    ctx.issued_at_resp = false;
     ctx.done = false;
     ctx.rd_counted = false;
     return queue::wc::kSuccess;
@@ -94,7 +94,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   ctx.total_len = static_cast<uint32_t>(total);
   ctx.npkts = is_atomic(w.op) || total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
   ctx.resp_pkts = 0;
-  ctx.read_restart = 0;
+  ctx.issued_at_resp = false;
   ctx.done = false;
   ctx.rd_counted = false;
   if (type_ == QpType::kUd) {
@@ -127,7 +127,7 @@ bool Qp::FetchSendWqe() {
   // A hostile or malformed WQE completes in error once every earlier WQE has
   // completed, and the QP goes to the error state (IBA 10.8.3.1).
   if (sq_comp_ == sq_fetched_ && unacked_psn_ == next_psn_) {
-    ++env_->Stats().bad_wqe;
+    Count(QpCounter::bad_wqe);
     ++sq_fetched_;
     ++sq_send_;
     ctx.npkts = 0;
@@ -161,7 +161,7 @@ uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t
 // The WQE at the head failed locally: complete it with `status`, error the QP.
 bool Qp::FailHead(SendCtx& ctx, uint8_t status) {
   if (sq_send_ != sq_comp_) return false;  // earlier WQEs complete first
-  ++env_->Stats().bad_wqe;
+  Count(QpCounter::bad_wqe);
   queue::Cqe c{};
   c.wr_id = ctx.wqe.wr_id;
   c.status = status;
@@ -243,7 +243,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   std::memset(payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
+  Count(QpCounter::sent_pkts);
   return true;
 }
 
@@ -299,7 +299,7 @@ bool Qp::WaitForNeighbor() {
   resolving_since_ns_ = 0;
   if (sq_send_ == sq_fetched_ && !FetchSendWqe()) return false;
   if (sq_send_ == sq_comp_ && send_pkt_ == 0) {
-    ++env_->Stats().retry_exceeded_err;
+    Count(QpCounter::retry_exceeded_err);
     FailHead(send_ctx_[sq_send_ & (sq_.size() - 1)], queue::wc::kRetryExcErr);
   }
   return false;
@@ -380,7 +380,10 @@ bool Qp::PollSend(unsigned budget) {
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
     ++sent;
     if (rd) {
-      ctx.read_restart = send_pkt_;
+      // Requests start at most at resp_pkts (every rewind names the first
+      // missing response); one starting earlier does not make a FIRST
+      // at resp_pkts valid.
+      if (send_pkt_ == ctx.resp_pkts) ctx.issued_at_resp = true;
       if (!ctx.rd_counted) {
         ctx.rd_counted = true;
         ++rd_atomic_inflight_;

@@ -10,6 +10,7 @@
 namespace droce::transport {
 
 void Qp::OnPacket(const wire::PacketView& pkt) {
+  Count(QpCounter::rcvd_pkts);  // every packet for this QP, as rxe counts
   const uint32_t mask = pkt.info->mask;
   if (mask & wire::kMaskResponse) {
     OnResponse(pkt);
@@ -20,7 +21,7 @@ void Qp::OnPacket(const wire::PacketView& pkt) {
       case QpType::kUd: OnUdRequest(pkt); break;
     }
   } else {
-    ++env_->Stats().malformed_pkts;  // e.g. a CNP: congestion control comes later
+    Count(QpCounter::malformed_pkts);  // e.g. a CNP: congestion control comes later
   }
 }
 
@@ -46,11 +47,11 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
     tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
     tail.msn = aeth.msn;
-    ++env_->Stats().ack_coalesced;
+    Count(QpCounter::ack_coalesced);
     return;
   }
   if (resp_tail_ - resp_head_ >= responses_.size()) {
-    ++env_->Stats().tx_dropped;  // the requester's timer recovers
+    Count(QpCounter::tx_dropped);  // the requester's timer recovers
     return;
   }
   Response& r = responses_[resp_tail_++ % responses_.size()];
@@ -77,7 +78,7 @@ bool Qp::TakeRecvWqe(bool* bad) {
     rq_.publish_cons(rq_cons_);
   }
   if (*bad) {
-    ++env_->Stats().bad_wqe;
+    Count(QpCounter::bad_wqe);
     recv_.wqe.num_sge = 0;
   }
   recv_.active = true;
@@ -127,10 +128,10 @@ void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pk
 // progress, raise the async event and go to the error state.
 void Qp::ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status) {
   if (code == wire::NakCode::kRemoteAccessError) {
-    ++env_->Stats().send_rem_access_err;
+    Count(QpCounter::send_rem_access_err);
     Raise(QpEvent::kAccessErr);
   } else if (code == wire::NakCode::kInvalidRequest) {
-    ++env_->Stats().send_inv_req_err;
+    Count(QpCounter::send_inv_req_err);
     Raise(QpEvent::kReqErr);
   }
   SendAck(pkt, wire::Aeth::nak(msn_, code), pkt.bth.psn);
@@ -139,14 +140,13 @@ void Qp::ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t
 }
 
 void Qp::OnRequest(const wire::PacketView& pkt) {
-  Counters& st = env_->Stats();
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
-    ++st.qp_state_drop;
+    Count(QpCounter::qp_state_drop);
     return;
   }
   const uint8_t op = pkt.bth.opcode;
   if ((op >> 5) != 0) {  // not an RC opcode on an RC QP (IBA 9.6.1.1.2)
-    ++st.malformed_pkts;
+    Count(QpCounter::malformed_pkts);
     return;
   }
   const uint32_t mask = pkt.info->mask;
@@ -154,7 +154,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   const int32_t d = wire::psn_diff(psn, epsn_);
   if (d > 0) {
     // A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1).
-    ++st.out_of_seq_request;
+    Count(QpCounter::out_of_seq_request);
     if (!nak_sent_) {
       nak_sent_ = true;
       QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
@@ -164,7 +164,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   if (d < 0) {
     // A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays
     // its saved result, anything else is acknowledged without executing.
-    ++st.duplicate_request;
+    Count(QpCounter::duplicate_request);
     if (mask & wire::kMaskRead) OnReadRequest(pkt, true);
     else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
     else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
@@ -178,7 +178,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
   const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead
                         : (mask & wire::kMaskWrite) ? mem::kRemoteWrite
-                        : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0;
+                        : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0u;
   if (need != 0 && !(attr_.access_flags & need)) {
     ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
     return;
@@ -212,7 +212,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     bool bad = false;
     if (!TakeRecvWqe(&bad)) {
       // No receive WQE: RNR NAK, the requester retries after min_rnr_timer.
-      ++st.send_rnr_err;
+      Count(QpCounter::send_rnr_err);
       QueueAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
       return;
     }
@@ -253,7 +253,6 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
       write_remaining_ -= pkt.payload_len;
     }
   }
-  ++st.rcvd_pkts;
   epsn_ = wire::psn_add(epsn_, 1);
   if (is_send) in_send_message_ = !last;
   else in_write_message_ = !last;
@@ -283,13 +282,12 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
 // UC (IBA 9.8.3): no ACKs; a PSN gap drops the message in progress and
 // everything up to the next FIRST or ONLY.
 void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
-  Counters& st = env_->Stats();
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
-    ++st.qp_state_drop;
+    Count(QpCounter::qp_state_drop);
     return;
   }
   if ((pkt.bth.opcode >> 5) != 1) {
-    ++st.malformed_pkts;
+    Count(QpCounter::malformed_pkts);
     return;
   }
   const uint32_t mask = pkt.info->mask;
@@ -305,7 +303,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
     // A gap, or a new message before the last one ended: the message in
     // progress is lost; resynchronise on this packet's PSN.
     if (in_msg) {
-      ++st.dropped_msgs;
+      Count(QpCounter::dropped_msgs);
       abort_message();
     }
   }
@@ -315,7 +313,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
   }
   const uint32_t mtu = mtu_bytes(attr_.path_mtu);
   if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) {
-    ++st.dropped_msgs;
+    Count(QpCounter::dropped_msgs);
     abort_message();
     return;
   }
@@ -323,7 +321,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
     if (first && !recv_.active) {
       bool bad = false;
       if (!TakeRecvWqe(&bad)) {
-        ++st.dropped_msgs;  // UC has no RNR: the message is lost
+        Count(QpCounter::dropped_msgs);  // UC has no RNR: the message is lost
         return;
       }
       if (bad) {
@@ -334,7 +332,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
     if (first) recv_.offset = 0;
     uint8_t status = queue::wc::kSuccess;
     if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
-      ++st.dropped_msgs;
+      Count(QpCounter::dropped_msgs);
       abort_message();
       return;
     }
@@ -347,20 +345,20 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
       if (!(attr_.access_flags & mem::kRemoteWrite) ||
           (reth.dma_len != 0 && env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len,
                                                   mem::kRemoteWrite, &write_host_) != mem::AccessError::kOk)) {
-        ++st.dropped_msgs;
+        Count(QpCounter::dropped_msgs);
         return;
       }
       write_remaining_ = write_len_ = reth.dma_len;
     }
     if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
-      ++st.dropped_msgs;
+      Count(QpCounter::dropped_msgs);
       abort_message();
       return;
     }
     if (last && (mask & wire::kMaskImmDt) && !recv_.active) {
       bool bad = false;
       if (!TakeRecvWqe(&bad) || bad) {
-        ++st.dropped_msgs;
+        Count(QpCounter::dropped_msgs);
         abort_message();
         return;
       }
@@ -376,7 +374,6 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
       CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, true, queue::wc::kOpRecvRdmaWithImm);
     }
   }
-  ++st.rcvd_pkts;
 }
 
 // UD (IBA 9.8.4, annex A17.4.5.1): one packet per message; the receive
@@ -384,27 +381,26 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
 // received, over IPv4 20 zero bytes followed by the IPv4 header, as rxe and
 // RoCE NICs write them.
 void Qp::OnUdRequest(const wire::PacketView& pkt) {
-  Counters& st = env_->Stats();
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
-    ++st.qp_state_drop;
+    Count(QpCounter::qp_state_drop);
     return;
   }
   if (pkt.bth.opcode != wire::kUdSendOnly && pkt.bth.opcode != wire::kUdSendOnlyImm) {
-    ++st.malformed_pkts;
+    Count(QpCounter::malformed_pkts);
     return;
   }
   const wire::Deth deth = wire::read_deth(pkt.ext(pkt.info->deth));
   if (deth.qkey != attr_.qkey) {
-    ++st.qkey_viol;
+    Count(QpCounter::qkey_viol);
     return;
   }
   if (pkt.payload_len > mtu_bytes(attr_.path_mtu)) {
-    ++st.dropped_msgs;
+    Count(QpCounter::dropped_msgs);
     return;
   }
   bool bad = false;
   if (!TakeRecvWqe(&bad)) {
-    ++st.dropped_msgs;  // no receive WQE: UD drops the message
+    Count(QpCounter::dropped_msgs);  // no receive WQE: UD drops the message
     return;
   }
   if (bad) {
@@ -432,7 +428,6 @@ void Qp::OnUdRequest(const wire::PacketView& pkt) {
     c.wc_flags |= queue::wc::kFlagWithImm;
   }
   recv_.active = false;
-  ++st.rcvd_pkts;
   PushRecvCqe(c, pkt.bth.se);
 }
 

@@ -21,13 +21,12 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
     return;
   }
   if (resp_tail_ - resp_head_ >= responses_.size()) {
-    ++env_->Stats().tx_dropped;  // more than max_dest_rd_atomic outstanding: the requester retries
+    Count(QpCounter::tx_dropped);  // more than max_dest_rd_atomic outstanding: the requester retries
     return;
   }
   if (!duplicate) {
     epsn_ = wire::psn_add(epsn_, npkts);  // a READ occupies one PSN per response
     msn_ = (msn_ + 1) & wire::kPsnMask;
-    ++env_->Stats().rcvd_pkts;
   }
   Response& r = responses_[resp_tail_++ % responses_.size()];
   r = Response{};
@@ -68,7 +67,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
       return;
     }
     if (resp_tail_ - resp_head_ >= responses_.size()) {
-      ++env_->Stats().tx_dropped;
+      Count(QpCounter::tx_dropped);
       return;
     }
     // Atomic with respect to this host's CPUs too (IBV_ATOMIC_HCA).
@@ -84,7 +83,6 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
     rec = {psn, orig, true};
     epsn_ = wire::psn_add(epsn_, 1);
     msn_ = (msn_ + 1) & wire::kPsnMask;
-    ++env_->Stats().rcvd_pkts;
   }
   if (resp_tail_ - resp_head_ >= responses_.size()) return;
   Response& r = responses_[resp_tail_++ % responses_.size()];
@@ -118,7 +116,7 @@ bool Qp::BuildAck(const Response& r) {
   if (atomic) wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
   wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
+  Count(QpCounter::sent_pkts);
   return true;
 }
 
@@ -138,7 +136,7 @@ bool Qp::BuildReadResponse(Response& r) {
   if (len != 0 && env_->Mrs().Check(r.rkey, pd_, r.va, len, mem::kRemoteRead, &host) != mem::AccessError::kOk) {
     Response nak = r;
     nak.syndrome = wire::Aeth::nak(r.msn, wire::NakCode::kRemoteAccessError).syndrome;
-    ++env_->Stats().send_rem_access_err;
+    Count(QpCounter::send_rem_access_err);
     if (!BuildAck(nak)) return false;
     r.finished = true;
     return true;
@@ -162,7 +160,7 @@ bool Qp::BuildReadResponse(Response& r) {
   std::memset(bth + info.payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);
-  ++env_->Stats().sent_pkts;
+  Count(QpCounter::sent_pkts);
   r.psn = wire::psn_add(r.psn, 1);
   r.va += len;
   r.remaining -= len;

@@ -11,7 +11,7 @@
 #include "cq/cq.h"
 #include "engine/mcast.h"
 #include "queue/shm.h"
-#include "sim_link.h"
+#include "transport/sim/two_qp.h"
 #include "transport/qp.h"
 #include "wire/build.h"
 #include "wire/frame.h"
@@ -166,11 +166,10 @@ TEST(Multicast, OnlyUdAddressHandlesMayNameAGroup) {
   EXPECT_FALSE(transport::av_destination(Av(Gid6({0xFF, 0x0E}, 5), 1), port, AvUse::kUdHandle, &out));
 }
 
-// One UD QP on a simulated link; the frames it sends are left on `wire`.
+// One UD QP on a simulated link; Sent() takes the frames it sent.
 struct UdSender {
-  std::deque<SimFrame> wire;
-  uint64_t clock = 1;
-  SimEnv env{&wire, &clock};
+  transport::sim::SimLink link{transport::sim::LinkFaults{}, 1};
+  transport::sim::SimEnv env{&link};
   queue::ShmRegion shm;
   std::unique_ptr<cq::CqRegion> cq_region;
   std::unique_ptr<cq::CqProducer> cq;
@@ -237,14 +236,25 @@ struct UdSender {
     std::memcpy(sq.slot(prod), &w, sizeof(w));
     std::memcpy(sq.slot(prod) + sizeof(w), &s, sizeof(s));
     sq.publish_prod(++prod);
-    wire.clear();
     qp->PollSend(8);
+    const auto frames = Sent();
     wire::PacketView v;
-    EXPECT_EQ(wire.size(), 1u);
-    if (wire.empty()) return v;
-    EXPECT_EQ(wire::parse_frame({wire.front().bytes.data(), wire.front().bytes.size()}, &v), wire::ParseError::kOk);
+    EXPECT_EQ(frames.size(), 1u);
+    if (frames.empty()) return v;
+    last = frames.front();
+    EXPECT_EQ(wire::parse_frame(last, &v), wire::ParseError::kOk);
     return v;
   }
+
+  // Every frame on the link, delivered now (copies: the link reuses its
+  // buffers).
+  std::vector<std::vector<uint8_t>> Sent() {
+    std::vector<std::vector<uint8_t>> out;
+    link.clock += 1'000'000;
+    link.DeliverDue([&](const wire::PacketView& v) { out.emplace_back(v.frame.begin(), v.frame.end()); });
+    return out;
+  }
+  std::vector<uint8_t> last;  // the frame Send returned a view of
 };
 
 TEST(Multicast, UdSendToAGroupUsesTheGroupMacAndTheMulticastQpn) {
@@ -271,7 +281,7 @@ TEST(Multicast, UnicastUdSendStillResolvesItsNeighbour) {
   std::memcpy(s.sq.slot(0), &w, sizeof(w));
   s.sq.publish_prod(++s.prod);
   s.qp->PollSend(8);
-  EXPECT_TRUE(s.wire.empty());  // waiting for ARP, which never answers here
+  EXPECT_TRUE(s.Sent().empty());  // waiting for ARP, which never answers here
 }
 
 // IBA 10.2.5: a send WR's Q_Key with the high-order bit set is replaced by

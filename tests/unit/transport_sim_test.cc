@@ -3,224 +3,28 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <deque>
-#include <map>
 #include <random>
 
 #include "cq/cq.h"
 #include "queue/shm.h"
-#include "sim_link.h"
+#include "transport/sim/two_qp.h"
 #include "transport/qp.h"
 #include "wire/frame.h"
 
 namespace droce::test {
 namespace {
 
-using transport::Qp;
 using transport::QpAttr;
 using transport::QpState;
+using transport::sim::LinkFaults;
+using transport::sim::SimPair;
+using transport::sim::SimQp;
 
-constexpr uint32_t kMaxSge = 4;
-constexpr uint32_t kMaxInline = 64;
-
-struct Endpoint {
-  std::unique_ptr<SimEnv> env;
-  queue::ShmRegion shm;
-  queue::Ring sq, rq;
-  std::unique_ptr<cq::CqRegion> scq_region, rcq_region;
-  std::unique_ptr<cq::CqProducer> scq, rcq;
-  std::unique_ptr<cq::CqConsumer> scq_c, rcq_c;
-  std::unique_ptr<Qp> qp;
-  std::vector<uint8_t> buf;
-  uint32_t key = 0;
-  uint32_t sq_prod = 0, rq_prod = 0;
-
-  // With ip6, the port also has an IPv6 address (GID index 1).
-  void Init(std::deque<SimFrame>* wire, uint64_t* clock, uint32_t qpn, uint32_t ip,
-            uint32_t depth, uint32_t cq_depth, size_t buf_len, const wire::Ipv6Addr* ip6 = nullptr) {
-    env = std::make_unique<SimEnv>(wire, clock);
-    const uint32_t sstride = sizeof(queue::SendWqe) + kMaxSge * sizeof(queue::Sge);
-    const uint32_t rstride = sizeof(queue::RecvWqe) + kMaxSge * sizeof(queue::Sge);
-    const size_t sq_len = queue::ring_bytes(depth, sstride);
-    shm = *queue::ShmRegion::Create("test-qp", sq_len + queue::ring_bytes(depth, rstride));
-    sq = queue::Ring::Init(shm.data(), depth, sstride);
-    rq = queue::Ring::Init(static_cast<uint8_t*>(shm.data()) + sq_len, depth, rstride);
-    scq_region = *cq::CqRegion::Create(cq_depth);
-    rcq_region = *cq::CqRegion::Create(cq_depth);
-    scq = std::make_unique<cq::CqProducer>(scq_region.get(), nullptr, 1);
-    rcq = std::make_unique<cq::CqProducer>(rcq_region.get(), nullptr, 2);
-    scq_c = std::make_unique<cq::CqConsumer>(scq_region.get());
-    rcq_c = std::make_unique<cq::CqConsumer>(rcq_region.get());
-    transport::QpInit init;
-    init.qpn = qpn;
-    init.pd = 1;
-    init.caps = {depth, depth, kMaxSge, kMaxSge, kMaxInline};
-    init.sq = sq;
-    init.rq = rq;
-    init.send_cq = scq.get();
-    init.recv_cq = rcq.get();
-    init.port.mac = {2, 0, 0, 0, 0, static_cast<uint8_t>(qpn)};
-    init.port.ip = ip;
-    init.port.max_mtu = 5;
-    if (ip6 != nullptr) {
-      init.port.has_ip6 = true;
-      init.port.ip6 = *ip6;
-    }
-    qp = std::make_unique<Qp>(init, env.get());
-    buf.assign(buf_len, 0);
-    auto mr = env->mrs.Register(1, reinterpret_cast<uint64_t>(buf.data()),
-                                reinterpret_cast<uint64_t>(buf.data()), buf.size(), 15);
-    key = mr->key;
-  }
-
-  // To the peer's IPv4 address, or with peer_ip6 to its IPv6 address (GID
-  // index 1, with a traffic class, flow label and hop limit to check).
-  void Connect(uint32_t peer_qpn, uint32_t peer_ip, uint8_t mtu, const wire::Ipv6Addr* peer_ip6 = nullptr) {
-    QpAttr a;
-    a.state = QpState::kInit;
-    a.access_flags = 14;  // remote write, read, atomic
-    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrPkeyIndex |
-                                   transport::kAttrPort | transport::kAttrAccessFlags));
-    a.state = QpState::kRtr;
-    a.av.is_global = true;
-    a.av.dgid[10] = a.av.dgid[11] = 0xFF;
-    a.av.dgid[12] = static_cast<uint8_t>(peer_ip >> 24);
-    a.av.dgid[13] = static_cast<uint8_t>(peer_ip >> 16);
-    a.av.dgid[14] = static_cast<uint8_t>(peer_ip >> 8);
-    a.av.dgid[15] = static_cast<uint8_t>(peer_ip);
-    if (peer_ip6 != nullptr) {
-      std::memcpy(a.av.dgid, peer_ip6->data(), 16);
-      a.av.sgid_index = transport::kGidIndexIpv6;
-      a.av.traffic_class = 0x68;
-      a.av.flow_label = 0xABCDE;
-      a.av.hop_limit = 9;
-    }
-    a.path_mtu = mtu;
-    a.dest_qpn = peer_qpn;
-    a.rq_psn = 0xFFFFF0;  // wraps during the test
-    a.min_rnr_timer = 1;
-    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
-                                   transport::kAttrDestQpn | transport::kAttrRqPsn |
-                                   transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer));
-    a.state = QpState::kRts;
-    a.sq_psn = 0xFFFFF0;
-    a.timeout = 10;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 4;
-    ASSERT_EQ(0, qp->Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout |
-                                   transport::kAttrRetryCnt | transport::kAttrRnrRetry |
-                                   transport::kAttrMaxQpRdAtomic));
-  }
-
-  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) {
-    uint8_t* slot = rq.slot(rq_prod);
-    queue::RecvWqe w{wr_id, 1, 0};
-    queue::Sge s{reinterpret_cast<uint64_t>(buf.data()) + off, len, key};
-    std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), &s, sizeof(s));
-    rq.publish_prod(++rq_prod);
-  }
-  void PostOp(queue::WqeOp op, uint64_t wr_id, uint32_t off, uint32_t len, uint64_t raddr, uint32_t rkey,
-              uint64_t cmp = 0, uint64_t swp = 0) {
-    uint8_t* slot = sq.slot(sq_prod);
-    queue::SendWqe w{};
-    w.wr_id = wr_id;
-    w.op = op;
-    w.flags = queue::kWqeSignaled;
-    w.num_sge = 1;
-    w.remote_addr = raddr;
-    w.rkey = rkey;
-    w.compare_add = cmp;
-    w.swap = swp;
-    queue::Sge s{reinterpret_cast<uint64_t>(buf.data()) + off, len, key};
-    std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), &s, sizeof(s));
-    sq.publish_prod(++sq_prod);
-  }
-  void PostSend(uint64_t wr_id, uint32_t off, uint32_t len, uint32_t lkey_override = 0) {
-    uint8_t* slot = sq.slot(sq_prod);
-    queue::SendWqe w{};
-    w.wr_id = wr_id;
-    w.op = queue::WqeOp::kSend;
-    w.flags = queue::kWqeSignaled;
-    w.num_sge = 1;
-    queue::Sge s{reinterpret_cast<uint64_t>(buf.data()) + off, len, lkey_override ? lkey_override : key};
-    std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), &s, sizeof(s));
-    sq.publish_prod(++sq_prod);
-  }
-};
-
-// The link: every frame may be lost, duplicated, corrupted (one byte
-// flipped: the ICRC must catch it) or delayed by a random jitter, which also
-// reorders frames. Time is virtual; a seed makes a run reproducible.
-struct LinkFaults {
-  double loss = 0, dup = 0, corrupt = 0, reorder = 0;
-};
-
-class SimNet {
- public:
-  SimNet(double loss, double dup, uint32_t seed) : rng_(seed) {
-    faults_.loss = loss;
-    faults_.dup = dup;
-  }
-  SimNet(LinkFaults f, uint32_t seed) : faults_(f), rng_(seed) {}
-  std::deque<SimFrame> wire;
-  uint64_t clock = 1'000'000;
-  uint64_t corrupted_caught = 0;
-
-  // Runs until `done` or the virtual-time limit; returns false on timeout.
-  template <typename Done>
-  bool Run(Endpoint& a, Endpoint& b, Done done, uint64_t limit_ns = 60'000'000'000ull) {
-    std::uniform_real_distribution<double> u(0, 1);
-    while (!done()) {
-      if (clock > limit_ns) return false;
-      a.qp->PollSend(16);
-      b.qp->PollSend(16);
-      // Frames just sent enter the link with a delivery time.
-      while (!wire.empty()) {
-        SimFrame f = std::move(wire.front());
-        wire.pop_front();
-        if (u(rng_) < faults_.loss) continue;
-        const uint64_t jitter = u(rng_) < faults_.reorder ? 1000 + rng_() % 20000 : 0;
-        if (u(rng_) < faults_.dup) in_flight_.emplace(clock + 1000 + rng_() % 5000, f);
-        in_flight_.emplace(clock + 1000 + jitter, std::move(f));
-      }
-      bool moved = false;
-      while (!in_flight_.empty() && in_flight_.begin()->first <= clock) {
-        SimFrame f = std::move(in_flight_.begin()->second);
-        in_flight_.erase(in_flight_.begin());
-        moved = true;
-        const bool corrupt = u(rng_) < faults_.corrupt;
-        if (corrupt) f.bytes[14 + rng_() % (f.bytes.size() - 14)] ^= static_cast<uint8_t>(1 + rng_() % 255);
-        wire::PacketView v;
-        const wire::ParseError e = wire::parse_frame(f.bytes, &v);
-        if (corrupt) {
-          if (e != wire::ParseError::kOk) {
-            ++corrupted_caught;
-            continue;
-          }
-        } else {
-          EXPECT_EQ(e, wire::ParseError::kOk) << wire::parse_error_name(e);
-          if (e != wire::ParseError::kOk) continue;
-        }
-        if (v.bth.dqpn != a.qp->qpn() && v.bth.dqpn != b.qp->qpn()) continue;  // a corrupted QPN
-        Endpoint& dst = v.bth.dqpn == a.qp->qpn() ? a : b;
-        dst.qp->OnPacket(v);
-      }
-      clock += (moved || !in_flight_.empty()) ? 1000 : 100'000;
-      a.qp->OnTimer(clock);
-      b.qp->OnTimer(clock);
-    }
-    return true;
-  }
-
- private:
-  LinkFaults faults_;
-  std::mt19937 rng_;
-  std::multimap<uint64_t, SimFrame> in_flight_;
-};
+// Every frame the link delivered parsed, unless it was corrupted on purpose.
+void ExpectCleanLink(const SimPair& p) {
+  EXPECT_EQ(p.net.link.stats.parse_errors, 0u);
+  EXPECT_EQ(p.net.unrouted, 0u);
+}
 
 void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed);
 void Transfer(double loss, double dup, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed) {
@@ -232,13 +36,9 @@ void Transfer(double loss, double dup, uint8_t mtu, uint32_t msg_len, int nmsgs,
 
 void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, uint32_t seed) {
   const double loss = faults.loss, dup = faults.dup;
-  SimNet net(faults, seed);
-  Endpoint a, b;
-  const uint32_t ipa = 0x0A000001, ipb = 0x0A000002;
-  a.Init(&net.wire, &net.clock, 0x11, ipa, 64, 256, size_t{msg_len} * 2);
-  b.Init(&net.wire, &net.clock, 0x22, ipb, 64, 256, size_t{msg_len} * 2);
-  a.Connect(0x22, ipb, mtu);
-  b.Connect(0x11, ipa, mtu);
+  SimPair p(faults, seed);
+  ASSERT_EQ(0, p.Init(64, 256, size_t{msg_len} * 2, {.mtu = mtu}));
+  SimQp &a = p.a, &b = p.b;
   std::mt19937 rng(seed);
   int sent = 0, received = 0, send_done = 0;
   std::vector<queue::Cqe> cqes(64);
@@ -248,7 +48,7 @@ void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, u
     b.PostRecv(1000 + m, 0, msg_len);
     a.PostSend(m, 0, msg_len);
     ++sent;
-    bool ok = net.Run(a, b, [&] {
+    bool ok = p.net.Run([&] {
       int n = a.scq_c->Poll(cqes.data(), 64);
       for (int i = 0; i < n; ++i) {
         EXPECT_EQ(cqes[i].status, queue::wc::kSuccess);
@@ -269,71 +69,11 @@ void TransferWith(LinkFaults faults, uint8_t mtu, uint32_t msg_len, int nmsgs, u
   }
   EXPECT_EQ(a.qp->state(), QpState::kRts);
   EXPECT_EQ(b.qp->state(), QpState::kRts);
+  ExpectCleanLink(p);
   if (loss == 0 && dup == 0) {
     EXPECT_EQ(a.env->stats.completer_retry_err, 0u);
     EXPECT_EQ(b.env->stats.duplicate_request, 0u);
   }
-}
-
-// RC over IPv6 GIDs: frames are IPv6 between the ports' IPv6 addresses with
-// the address vector's traffic class, flow label and hop limit (ACKs and
-// READ responses too), and SENDs and READs survive loss.
-TEST(TransportSim, RcOverIpv6Gids) {
-  SimNet net(LinkFaults{0.05, 0, 0, 0}, 11);
-  const wire::Ipv6Addr ip6a = {0xfd, 0x78, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x11};
-  const wire::Ipv6Addr ip6b = {0xfd, 0x78, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x12};
-  const uint32_t len = 5000;
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 64, 256, len * 2, &ip6a);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 64, 256, len * 2, &ip6b);
-  a.Connect(0x22, 0x0A000002, 3, &ip6b);
-  b.Connect(0x11, 0x0A000001, 3, &ip6a);
-  auto expect_v6 = [&](const SimFrame& f, const wire::Ipv6Addr& src, const wire::Ipv6Addr& dst) {
-    wire::PacketView v;
-    ASSERT_EQ(wire::parse_frame(f.bytes, &v), wire::ParseError::kOk);
-    EXPECT_TRUE(v.ipv6);
-    EXPECT_EQ(v.sip6, src);
-    EXPECT_EQ(v.dip6, dst);
-    EXPECT_EQ(v.traffic_class, 0x68);
-    EXPECT_EQ(v.flow_label, 0xABCDEu);
-    EXPECT_EQ(v.hop_limit, 9);
-  };
-  std::mt19937 rng(11);
-  std::vector<queue::Cqe> c(64);
-  for (int m = 0; m < 20; ++m) {
-    for (uint32_t i = 0; i < len; ++i) a.buf[i] = static_cast<uint8_t>(rng());
-    b.PostRecv(m, 0, len);
-    a.PostSend(m, 0, len);
-    if (m == 0) {
-      // The first request and the responder's ACK, before the lossy link.
-      a.qp->PollSend(16);
-      ASSERT_FALSE(net.wire.empty());
-      expect_v6(net.wire.front(), ip6a, ip6b);
-      std::deque<SimFrame> sent;
-      sent.swap(net.wire);
-      for (const SimFrame& f : sent) {
-        wire::PacketView v;
-        ASSERT_EQ(wire::parse_frame(f.bytes, &v), wire::ParseError::kOk);
-        b.qp->OnPacket(v);
-      }
-      b.qp->PollSend(16);
-      ASSERT_FALSE(net.wire.empty());
-      expect_v6(net.wire.back(), ip6b, ip6a);
-    }
-    int done = 0;
-    ASSERT_TRUE(net.Run(a, b, [&] {
-      for (int i = a.scq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].status, queue::wc::kSuccess);
-      for (int i = b.rcq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].byte_len, len);
-      return done == 2;
-    })) << "message " << m;
-    ASSERT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), len)) << "message " << m;
-  }
-  // A READ back from b's buffer: responses travel over IPv6 too.
-  std::memset(a.buf.data() + len, 0, len);
-  a.PostOp(queue::WqeOp::kRead, 99, len, len, reinterpret_cast<uint64_t>(b.buf.data()), b.key);
-  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 64) == 1; }));
-  EXPECT_EQ(c[0].status, queue::wc::kSuccess);
-  EXPECT_EQ(0, std::memcmp(a.buf.data() + len, b.buf.data(), len));
 }
 
 TEST(TransportSim, LosslessSmallMessages) { Transfer(0, 0, 3, 1, 200, 1); }
@@ -360,12 +100,9 @@ void RdmaOps(double loss, double dup, uint8_t mtu, uint32_t len, int rounds, uin
   faults.dup = dup;
   faults.reorder = reorder;
   faults.corrupt = corrupt;
-  SimNet net(faults, seed);
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 64, 256, size_t{len} * 3 + 72);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 64, 256, size_t{len} * 3 + 72);
-  a.Connect(0x22, 0x0A000002, mtu);
-  b.Connect(0x11, 0x0A000001, mtu);
+  SimPair p(faults, seed);
+  ASSERT_EQ(0, p.Init(64, 256, size_t{len} * 3 + 72, {.mtu = mtu}));
+  SimQp &a = p.a, &b = p.b;
   std::mt19937 rng(seed);
   const uint64_t rbase = reinterpret_cast<uint64_t>(b.buf.data());
   const size_t word_off = (size_t{len} * 3 + 7) & ~size_t{7};  // atomics need 8-byte alignment
@@ -378,7 +115,7 @@ void RdmaOps(double loss, double dup, uint8_t mtu, uint32_t len, int rounds, uin
     a.PostOp(queue::WqeOp::kRead, 2, len, len, rbase, b.key);
     a.PostOp(queue::WqeOp::kFetchAdd, 3, 2 * len, 8, rbase + word_off, b.key, 3);
     int done = 0;
-    ASSERT_TRUE(net.Run(a, b, [&] {
+    ASSERT_TRUE(p.net.Run([&] {
       int n = a.scq_c->Poll(c.data(), 64);
       for (int i = 0; i < n; ++i) EXPECT_EQ(c[i].status, queue::wc::kSuccess) << "round " << r << " wr " << c[i].wr_id << " " << Dump(a.env->stats) << " / " << Dump(b.env->stats);
       done += n;
@@ -396,6 +133,7 @@ void RdmaOps(double loss, double dup, uint8_t mtu, uint32_t len, int rounds, uin
   uint64_t word = 0;
   std::memcpy(&word, b.buf.data() + word_off, 8);
   EXPECT_EQ(word, expect_word);  // each FETCH_ADD executed exactly once
+  ExpectCleanLink(p);
 }
 
 TEST(TransportSim, RdmaLossless) { RdmaOps(0, 0, 3, 10000, 20, 21); }
@@ -443,18 +181,15 @@ TEST(TransportSim, HostileLinkManySeeds) {
 // A destination that never resolves: the WQE fails with RETRY_EXC_ERR after
 // what its retries would have taken, instead of waiting forever.
 TEST(TransportSim, UnresolvableNeighborEndsInRetryExceeded) {
-  SimNet net(0, 0, 12);
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
-  a.Connect(0x22, 0x0A000002, 3);
-  b.Connect(0x11, 0x0A000001, 3);
+  SimPair p(LinkFaults{}, 12);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp& a = p.a;
   a.env->resolvable = false;
   a.PostSend(1, 0, 100);
   a.PostSend(2, 0, 100);
   std::vector<queue::Cqe> c(8);
   int n = 0;
-  ASSERT_TRUE(net.Run(a, b, [&] {
+  ASSERT_TRUE(p.net.Run([&] {
     n += a.scq_c->Poll(c.data() + n, 8 - n);
     return n == 2;
   }));
@@ -464,36 +199,158 @@ TEST(TransportSim, UnresolvableNeighborEndsInRetryExceeded) {
   EXPECT_EQ(a.qp->state(), QpState::kErr);
 }
 
+// Regression (found by transport_volume_test, seed 1000160): a READ
+// reissued for its missing second response, then rewound to its start by a
+// late sequence NAK, must still accept the reissue's ONLY response. The
+// completer remembered only the latest request's start and failed the READ
+// with BAD_RESP_ERR.
+TEST(TransportSim, ReadReissueThenRewindAcceptsEitherResponse) {
+  SimPair p(LinkFaults{}, 13);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 1}));  // 256-byte MTU: a 389-byte READ has 2 responses
+  SimQp &a = p.a, &b = p.b;
+  for (uint32_t i = 0; i < 389; ++i) b.buf[1024 + i] = static_cast<uint8_t>(i * 7 + 1);
+  std::vector<uint8_t> read_req, nak, only;
+  int read_reqs = 0;
+  bool last_dropped = false;
+  p.net.tap = [&](const wire::PacketView& v) {
+    const uint8_t op = v.bth.opcode;
+    if (op == wire::kRcReadRequest && ++read_reqs == 1) {
+      read_req.assign(v.frame.begin(), v.frame.end());  // held: the WRITE after it draws a NAK
+      return false;
+    }
+    if (op == wire::kRcAck && nak.empty() &&
+        wire::read_aeth(v.ext(v.info->aeth)).type() == wire::AckType::kNak) {
+      nak.assign(v.frame.begin(), v.frame.end());  // held: it arrives late
+      return false;
+    }
+    if (op == wire::kRcReadResponseLast && !last_dropped) {
+      last_dropped = true;  // lost: the READ is reissued for its second response
+      return false;
+    }
+    if (op == wire::kRcReadResponseOnly && only.empty()) {
+      only.assign(v.frame.begin(), v.frame.end());  // the reissue's answer, held
+      return false;
+    }
+    return true;
+  };
+  a.PostOp(queue::WqeOp::kWrite, 1, 0, 16, b.Addr(0), b.key);
+  a.PostOp(queue::WqeOp::kRead, 2, 1024, 389, b.Addr(1024), b.key);
+  a.PostOp(queue::WqeOp::kWrite, 3, 0, 16, b.Addr(0), b.key);
+  ASSERT_TRUE(p.net.Run([&] { return !nak.empty(); }));
+  p.net.link.Inject(read_req);
+  ASSERT_TRUE(p.net.Run([&] { return !only.empty(); }));
+  p.net.link.Inject(nak);  // rewinds the requester to the READ's first PSN
+  ASSERT_TRUE(p.net.Run([&] { return read_reqs == 3; }));  // the whole READ resent
+  p.net.link.Inject(only);
+  std::vector<queue::Cqe> c(8);
+  int n = 0;
+  ASSERT_TRUE(p.net.Run([&] {
+    n += a.scq_c->Poll(c.data() + n, 8 - n);
+    return n == 3;
+  }));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(c[i].wr_id, static_cast<uint64_t>(i + 1));
+    EXPECT_EQ(c[i].status, queue::wc::kSuccess) << "wr " << c[i].wr_id;
+  }
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + 1024, b.buf.data() + 1024, 389));
+  ExpectCleanLink(p);
+}
+
+// Regression: UD has no path MTU attribute; its messages may be as long as
+// the port's active MTU (4096 here), not QpAttr's default 1024.
+TEST(TransportSim, UdMessageUpToThePortMtu) {
+  SimPair p(LinkFaults{}, 14);
+  ASSERT_EQ(0, p.Init(16, 64, 3 * 4096, {}, transport::QpType::kUd));
+  SimQp &a = p.a, &b = p.b;
+  for (uint32_t i = 0; i < 4096; ++i) a.buf[4096 + i] = static_cast<uint8_t>(i * 13 + 5);
+  b.PostRecv(1, 0, 40 + 4096);
+  queue::SendWqe w{};
+  w.wr_id = 2;
+  w.op = queue::WqeOp::kSend;
+  w.flags = queue::kWqeSignaled;
+  w.num_sge = 1;
+  w.ah = 1;
+  w.remote_qpn = b.qp->qpn();
+  w.remote_qkey = transport::sim::ConnectOpts{}.qkey;
+  const queue::Sge s{a.Addr(4096), 4096, a.key};
+  a.Post(w, &s);
+  queue::Cqe sc{}, rc{};
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(&sc, 1) == 1; }));
+  EXPECT_EQ(sc.status, queue::wc::kSuccess);
+  ASSERT_TRUE(p.net.Run([&] { return b.rcq_c->Poll(&rc, 1) == 1; }));
+  EXPECT_EQ(rc.status, queue::wc::kSuccess);
+  EXPECT_EQ(rc.byte_len, 40u + 4096u);
+  EXPECT_EQ(0, std::memcmp(b.buf.data() + 40, a.buf.data() + 4096, 4096));
+}
+
+// RC over IPv6 GIDs: every frame (requests, ACKs, READ responses) is IPv6
+// between the ports' IPv6 addresses with the address vector's traffic
+// class, flow label and hop limit, and SENDs and READs survive loss.
+TEST(TransportSim, RcOverIpv6Gids) {
+  SimPair p(LinkFaults{.loss = 0.05}, 11);
+  const uint32_t len = 5000;
+  ASSERT_EQ(0, p.Init(64, 256, len * 2,
+                      {.ipv6 = true, .traffic_class = 0x68, .flow_label = 0xABCDE, .hop_limit = 9}));
+  SimQp &a = p.a, &b = p.b;
+  uint64_t frames = 0;
+  p.net.tap = [&](const wire::PacketView& v) {
+    const bool to_b = v.bth.dqpn == b.qp->qpn();
+    EXPECT_TRUE(v.ipv6);
+    EXPECT_EQ(v.sip6, to_b ? SimPair::kIp6A : SimPair::kIp6B);
+    EXPECT_EQ(v.dip6, to_b ? SimPair::kIp6B : SimPair::kIp6A);
+    EXPECT_EQ(v.traffic_class, 0x68);
+    EXPECT_EQ(v.flow_label, 0xABCDEu);
+    EXPECT_EQ(v.hop_limit, 9);
+    ++frames;
+    return true;
+  };
+  std::mt19937 rng(11);
+  std::vector<queue::Cqe> c(64);
+  for (int m = 0; m < 20; ++m) {
+    for (uint32_t i = 0; i < len; ++i) a.buf[i] = static_cast<uint8_t>(rng());
+    b.PostRecv(m, 0, len);
+    a.PostSend(m, 0, len);
+    int done = 0;
+    ASSERT_TRUE(p.net.Run([&] {
+      for (int i = a.scq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].status, queue::wc::kSuccess);
+      for (int i = b.rcq_c->Poll(c.data(), 64); i > 0; --i, ++done) EXPECT_EQ(c[i - 1].byte_len, len);
+      return done == 2;
+    })) << "message " << m;
+    ASSERT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), len)) << "message " << m;
+  }
+  // A READ back from b's buffer: responses travel over IPv6 too.
+  std::memset(a.buf.data() + len, 0, len);
+  a.PostOp(queue::WqeOp::kRead, 99, len, len, b.Addr(0), b.key);
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(c.data(), 64) == 1; }));
+  EXPECT_EQ(c[0].status, queue::wc::kSuccess);
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + len, b.buf.data(), len));
+  EXPECT_GT(frames, 100u);
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
-  SimNet net(0, 0, 9);
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
-  a.Connect(0x22, 0x0A000002, 3);
-  b.Connect(0x11, 0x0A000001, 3);
+  SimPair p(LinkFaults{}, 9);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp &a = p.a, &b = p.b;
   a.PostSend(7, 0, 100);
   std::vector<queue::Cqe> c(8);
   // No receive posted: the responder RNR-NAKs until one appears.
-  net.Run(a, b, [&] { return b.env->stats.send_rnr_err >= 3; });
+  p.net.Run([&] { return b.env->stats.send_rnr_err >= 3; });
   b.PostRecv(70, 0, 100);
-  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
   EXPECT_EQ(c[0].status, queue::wc::kSuccess);
   ASSERT_EQ(b.rcq_c->Poll(c.data(), 8), 1);
   EXPECT_EQ(c[0].wr_id, 70u);
 }
 
 TEST(TransportSim, BadLkeyCompletesWithProtectionErrorAndFlushes) {
-  SimNet net(0, 0, 10);
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
-  a.Connect(0x22, 0x0A000002, 3);
-  b.Connect(0x11, 0x0A000001, 3);
+  SimPair p(LinkFaults{}, 10);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp& a = p.a;
   a.PostSend(1, 0, 100, /*lkey_override=*/0xBAD00);
   a.PostSend(2, 0, 100);
   std::vector<queue::Cqe> c(8);
   int n = 0;
-  ASSERT_TRUE(net.Run(a, b, [&] {
+  ASSERT_TRUE(p.net.Run([&] {
     n += a.scq_c->Poll(c.data() + n, 8 - n);
     return n == 2;
   }));
@@ -505,26 +362,22 @@ TEST(TransportSim, BadLkeyCompletesWithProtectionErrorAndFlushes) {
 }
 
 TEST(TransportSim, RecvTooSmallIsLocalLengthErrorAndRemoteInvalidRequest) {
-  SimNet net(0, 0, 11);
-  Endpoint a, b;
-  a.Init(&net.wire, &net.clock, 0x11, 0x0A000001, 16, 64, 4096);
-  b.Init(&net.wire, &net.clock, 0x22, 0x0A000002, 16, 64, 4096);
-  a.Connect(0x22, 0x0A000002, 3);
-  b.Connect(0x11, 0x0A000001, 3);
+  SimPair p(LinkFaults{}, 11);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp &a = p.a, &b = p.b;
   b.PostRecv(5, 0, 10);
   a.PostSend(6, 0, 100);
   std::vector<queue::Cqe> c(8);
-  ASSERT_TRUE(net.Run(a, b, [&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
   EXPECT_EQ(c[0].status, queue::wc::kRemInvReqErr);
   ASSERT_EQ(b.rcq_c->Poll(c.data(), 8), 1);
   EXPECT_EQ(c[0].status, queue::wc::kLocLenErr);
 }
 
 TEST(QpStateMachine, RejectsMissingAndExtraAttributes) {
-  std::deque<SimFrame> wire;
-  uint64_t clock = 0;
-  Endpoint a;
-  a.Init(&wire, &clock, 0x11, 1, 16, 16, 64);
+  transport::sim::SimLink link(LinkFaults{}, 0);
+  SimQp a;
+  a.Init(&link, 0x11, 1, 16, 16, 64);
   QpAttr attr;
   attr.state = QpState::kInit;
   // RESET→INIT for RC needs PKEY_INDEX, PORT and ACCESS_FLAGS.
