@@ -36,23 +36,26 @@ void Qp::SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   BuildAck(r);  // if no buffer is free the requester's timer recovers
 }
 
-// ACKs must not overtake READ responses or atomic ACKs still owed
-// (IBA 9.7.5.1.5); with nothing owed they go out at once.
+// ACKs go out through the response queue, never at once: they must not
+// overtake READ responses or atomic ACKs still owed (IBA 9.7.5.1.5), and an
+// ACK still queued when the next request of the same receive burst arrives
+// is replaced by the later one (an ACK acknowledges every PSN up to its
+// own), so a burst of requests costs one ACK frame, not one per message.
+// The engine sends the queue in the same loop turn (PollSend on the QP,
+// which HasResponses makes active).
 void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
-  if (resp_head_ == resp_tail_) {
-    SendAck(req, aeth, psn);
-    return;
-  }
-  Response& tail = responses_[(resp_tail_ - 1) % responses_.size()];
-  if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
-    tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
-    tail.msn = aeth.msn;
-    Count(QpCounter::ack_coalesced);
-    return;
-  }
-  if (resp_tail_ - resp_head_ >= responses_.size()) {
-    Count(QpCounter::tx_dropped);  // the requester's timer recovers
-    return;
+  if (resp_head_ != resp_tail_) {
+    Response& tail = responses_[(resp_tail_ - 1) % responses_.size()];
+    if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
+      tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
+      tail.msn = aeth.msn;
+      Count(QpCounter::ack_coalesced);
+      return;
+    }
+    if (resp_tail_ - resp_head_ >= responses_.size()) {
+      Count(QpCounter::tx_dropped);  // the requester's timer recovers
+      return;
+    }
   }
   Response& r = responses_[resp_tail_++ % responses_.size()];
   r = Response{};
