@@ -237,13 +237,22 @@ class Loopback : public ::testing::Test {
     ibv_recv_wr* bad = nullptr;
     return ibv_post_srq_recv(srq, &wr, &bad);
   }
-  // The next async event, acknowledged; event_type -1 if none came in time.
-  ibv_async_event NextAsyncEvent(int timeout_ms = 10000) {
+  // The next async event, acknowledged; event_type -1 (not a valid
+  // ibv_event_type, hence an int) if none came in time.
+  struct AsyncEvent {
+    int event_type = -1;
+    decltype(ibv_async_event::element) element{};
+  };
+  AsyncEvent NextAsyncEvent(int timeout_ms = 10000) {
+    AsyncEvent out;
     ibv_async_event ev{};
-    ev.event_type = static_cast<ibv_event_type>(-1);
     pollfd p{ctx_->async_fd, POLLIN, 0};
-    if (poll(&p, 1, timeout_ms) == 1 && ibv_get_async_event(ctx_, &ev) == 0) ibv_ack_async_event(&ev);
-    return ev;
+    if (poll(&p, 1, timeout_ms) == 1 && ibv_get_async_event(ctx_, &ev) == 0) {
+      out.event_type = ev.event_type;
+      out.element = ev.element;
+      ibv_ack_async_event(&ev);
+    }
+    return out;
   }
   ibv_qp_state State(ibv_qp* qp) {
     ibv_qp_attr q{};
@@ -484,7 +493,7 @@ TEST_F(Loopback, ReceiveTooSmallIsLengthErrorOnBothSides) {
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].status, IBV_WC_REM_INV_REQ_ERR);
   // IBA 11.6.3.1: the responder reports an invalid request on its QP.
-  const ibv_async_event ev = NextAsyncEvent();
+  const AsyncEvent ev = NextAsyncEvent();
   EXPECT_EQ(ev.event_type, IBV_EVENT_QP_REQ_ERR);
   EXPECT_EQ(ev.element.qp, b);
   EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "the requester's error is a completion, not an event";
@@ -507,9 +516,9 @@ TEST_F(Loopback, FullCqRaisesCqErrAndMovesTheQpToError) {
   EXPECT_EQ(ev.element.cq, tiny);
   ibv_ack_async_event(&ev);
   // The QP whose completion did not fit goes to ERR with QP_FATAL.
-  ev = NextAsyncEvent();
-  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
-  EXPECT_EQ(ev.element.qp, b);
+  const AsyncEvent fatal = NextAsyncEvent();
+  EXPECT_EQ(fatal.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(fatal.element.qp, b);
   // Nothing already in the CQ was lost.
   auto r = Poll(tiny, cap);
   EXPECT_EQ(static_cast<int>(r.size()), cap);
@@ -547,7 +556,7 @@ TEST_F(Loopback, RemoteAccessViolationRaisesAccessErrOnTheResponder) {
   auto c = Poll(scq_, 1);
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, IBV_WC_REM_ACCESS_ERR);
-  const ibv_async_event ev = NextAsyncEvent();
+  const AsyncEvent ev = NextAsyncEvent();
   EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
   EXPECT_EQ(ev.element.qp, b);
   EXPECT_EQ(State(b), IBV_QPS_ERR);
@@ -568,7 +577,7 @@ TEST_F(Loopback, FirstPacketInRtrRaisesCommEstOnce) {
   for (int i = 0; i < 3; ++i) ASSERT_EQ(PostSend(a, i, 0, 64), 0);
   EXPECT_EQ(Poll(rcq_, 3).size(), 3u);
   EXPECT_EQ(Poll(scq_, 3).size(), 3u);
-  const ibv_async_event ev = NextAsyncEvent();
+  const AsyncEvent ev = NextAsyncEvent();
   EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
   EXPECT_EQ(ev.element.qp, b);
   EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "once per connection, not per packet";
@@ -592,7 +601,7 @@ TEST_F(Loopback, SrqLimitAndLastWqeReached) {
   EXPECT_EQ(NextAsyncEvent(100).event_type, -1) << "5 WQEs left: not below the limit yet";
   for (int i = 3; i < 6; ++i) ASSERT_EQ(PostSend(s, i, 0, 32), 0);
   EXPECT_EQ(Poll(rcq_, 3).size(), 3u);
-  ibv_async_event ev = NextAsyncEvent();
+  AsyncEvent ev = NextAsyncEvent();
   EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
   EXPECT_EQ(ev.element.srq, srq);
   EXPECT_EQ(NextAsyncEvent(50).event_type, -1) << "the limit disarms when it fires";
@@ -631,7 +640,7 @@ TEST_F(Loopback, CorruptSrqRingRaisesSrqErrAndFailsItsQps) {
   ASSERT_EQ(PostSend(s, 2, 0, 32), 0);
   bool srq_err = false, last_wqe = false;
   for (int i = 0; i < 2; ++i) {
-    const ibv_async_event ev = NextAsyncEvent();
+    const AsyncEvent ev = NextAsyncEvent();
     if (ev.event_type == IBV_EVENT_SRQ_ERR && ev.element.srq == srq) srq_err = true;
     if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == r) last_wqe = true;
   }
