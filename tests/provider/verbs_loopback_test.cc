@@ -24,6 +24,7 @@
 
 #include "droce/droce.h"
 #include "provider.h"  // white-box: the hostile-ring tests
+#include "ud_qp.h"
 
 // libibverbs' private and sysfs calls that ibv_devinfo imports; their
 // declarations are not in the installed headers.
@@ -31,6 +32,8 @@ extern "C" int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsign
 extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 namespace {
+
+using droce::test::CreateUdQp;
 
 class Loopback : public ::testing::Test {
  protected:
@@ -963,28 +966,6 @@ TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
 }
 
 TEST_F(Loopback, UcSendAndWrite) { UcSends(0); }
-
-// A UD QP on pd, in RTS with Q_Key qkey.
-ibv_qp* CreateUdQp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, uint32_t qkey) {
-  ibv_qp_init_attr a{};
-  a.send_cq = scq;
-  a.recv_cq = rcq;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UD;
-  ibv_qp* q = ibv_create_qp(pd, &a);
-  if (q == nullptr) return nullptr;
-  ibv_qp_attr r{};
-  r.qp_state = IBV_QPS_INIT;
-  r.port_num = 1;
-  r.qkey = qkey;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-  r.qp_state = IBV_QPS_RTR;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
-  r.qp_state = IBV_QPS_RTS;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  return q;
-}
 
 TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   ibv_qp* x = CreateUdQp(pd_, scq_, rcq_, 0x11111111);

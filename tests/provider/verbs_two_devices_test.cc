@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "ud_qp.h"
+
 namespace {
 
 class TwoDevices : public ::testing::Test {
@@ -146,25 +148,7 @@ TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
 }
 
 // A UD QP in RTS on pd, with Q_Key 7.
-ibv_qp* UdQp(ibv_pd* pd, ibv_cq* cq) {
-  ibv_qp_init_attr a{};
-  a.send_cq = a.recv_cq = cq;
-  a.cap.max_send_wr = a.cap.max_recv_wr = 16;
-  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
-  a.qp_type = IBV_QPT_UD;
-  ibv_qp* q = ibv_create_qp(pd, &a);
-  if (q == nullptr) return nullptr;
-  ibv_qp_attr r{};
-  r.qp_state = IBV_QPS_INIT;
-  r.port_num = 1;
-  r.qkey = 7;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
-  r.qp_state = IBV_QPS_RTR;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE), 0);
-  r.qp_state = IBV_QPS_RTS;
-  EXPECT_EQ(ibv_modify_qp(q, &r, IBV_QP_STATE | IBV_QP_SQ_PSN), 0);
-  return q;
-}
+ibv_qp* UdQp(ibv_pd* pd, ibv_cq* cq) { return droce::test::CreateUdQp(pd, cq, cq, 7); }
 
 // A multicast from droce0 crosses the memif link to droce1's attached QPs,
 // and reaches droce0's own attached QP too, as an RNIC loops multicast back
