@@ -290,10 +290,18 @@ void Qp::EnterError() {
   if (srq_ != nullptr) Raise(QpEvent::kLastWqeReached);
 }
 
+void Qp::LocalCatastrophe() {
+  Count(QpCounter::bad_wqe);
+  Raise(QpEvent::kFatal);
+  EnterError();
+}
+
 void Qp::FlushAll() {
   // IBA 10.3.1 / 11.4.2.1: in the error state every outstanding and newly
-  // posted WR completes with IBV_WC_WR_FLUSH_ERR, signaled or not.
-  const uint32_t sq_prod = sq_.load_prod_acquire();
+  // posted WR completes with IBV_WC_WR_FLUSH_ERR, signaled or not. Of a
+  // corrupt ring only the WQEs already fetched are real.
+  uint32_t sq_prod = sq_.load_prod_acquire();
+  if (RingCorrupt(sq_, sq_prod, sq_comp_)) sq_prod = sq_fetched_;
   while (sq_comp_ != sq_prod) {
     queue::SendWqe w;
     std::memcpy(&w, sq_.slot(sq_comp_), sizeof(w));
@@ -322,6 +330,7 @@ void Qp::OnRecvDoorbell() {
   // SRQ WQEs belong to every QP on the SRQ; an erroring QP does not flush them.
   if (attr_.state != QpState::kErr || srq_ != nullptr) return;
   const uint32_t prod = rq_.load_prod_acquire();
+  if (RingCorrupt(rq_, prod, rq_cons_)) return;  // nothing in it is known to be real
   while (rq_cons_ != prod) {
     queue::RecvWqe w;
     std::memcpy(&w, rq_.slot(rq_cons_), sizeof(w));

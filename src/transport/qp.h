@@ -297,6 +297,13 @@ class Qp {
   bool ModifyAllowed(QpState cur, QpState next, uint32_t mask) const;
   void EnterError();
   void FlushAll();
+  // A work queue whose shared producer index is more than its capacity ahead
+  // of the consumer was written behind the provider's back: which WQEs are
+  // real is unknowable. The QP goes to the error state with QP_FATAL (IBA
+  // 11.6.3.1, local work queue catastrophic error); the bogus entries are
+  // never read, flushed or completed.
+  static bool RingCorrupt(const queue::Ring& r, uint32_t prod, uint32_t cons) { return prod - cons > r.size(); }
+  void LocalCatastrophe();
   void ResetQueues();
   void ResetUdMtu();
   bool PushSendCqe(const queue::Cqe& cqe);

@@ -115,7 +115,12 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
 // Snapshots the next posted WQE into private memory and validates it.
 // Returns false if there is none or it failed (it is then completed in error).
 bool Qp::FetchSendWqe() {
-  if (sq_fetched_ == sq_.load_prod_acquire()) return false;
+  const uint32_t prod = sq_.load_prod_acquire();
+  if (sq_fetched_ == prod) return false;
+  if (RingCorrupt(sq_, prod, sq_comp_)) {
+    LocalCatastrophe();
+    return false;
+  }
   const uint32_t slot = sq_fetched_ & (sq_.size() - 1);
   SendCtx& ctx = send_ctx_[slot];
   std::memcpy(&ctx.wqe, sq_.slot(sq_fetched_), sizeof(ctx.wqe));

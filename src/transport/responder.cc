@@ -72,7 +72,12 @@ bool Qp::TakeRecvWqe(bool* bad) {
   if (srq_ != nullptr) {
     if (!srq_->Take(&recv_.wqe, recv_sge_.data(), static_cast<uint32_t>(recv_sge_.size()), bad)) return false;
   } else {
-    if (rq_cons_ == rq_.load_prod_acquire()) return false;
+    const uint32_t prod = rq_.load_prod_acquire();
+    if (rq_cons_ == prod) return false;
+    if (RingCorrupt(rq_, prod, rq_cons_)) {
+      LocalCatastrophe();
+      return false;
+    }
     const uint8_t* slot = rq_.slot(rq_cons_);
     std::memcpy(&recv_.wqe, slot, sizeof(recv_.wqe));
     ++rq_cons_;

@@ -738,6 +738,37 @@ TEST_F(Loopback, OneCqSharedByManyQpsPolledByManyThreads) {
   EXPECT_EQ(ibv_destroy_cq(rcq), 0);
 }
 
+TEST_F(Loopback, CorruptSendOrReceiveRingIsAFatalQpErrorNotAFlood) {
+  // A producer index far ahead of what the ring holds (a program writing the
+  // shared rings behind the provider's back): the QP goes to ERR with
+  // QP_FATAL; none of the bogus entries is executed, flushed or completed.
+  ibv_qp* a = CreateQp(scq_, scq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  droce::provider::Qp* pa = droce::provider::to_qp(a);
+  pa->handle.sq.publish_prod(pa->sq_prod + 100000);
+  droce::provider::to_ctx(ctx_)->s->engine->Doorbell(pa->handle);
+  AsyncEvent ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, a);
+  EXPECT_EQ(State(a), IBV_QPS_ERR);
+  EXPECT_TRUE(Poll(scq_, 1, std::chrono::milliseconds(200)).empty()) << "nothing completes for a corrupt ring";
+
+  // The receive side: d's RQ index is corrupted, then a request arrives.
+  ibv_qp* c = CreateQp(scq_, scq_);
+  ibv_qp* d = CreateQp(scq_, rcq_);
+  Connect(c, d);
+  droce::provider::Qp* pd = droce::provider::to_qp(d);
+  pd->handle.rq.publish_prod(pd->rq_prod + 100000);
+  ASSERT_EQ(PostSend(c, 1, 0, 16), 0);
+  ev = NextAsyncEvent();
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, d);
+  EXPECT_EQ(State(d), IBV_QPS_ERR);
+  EXPECT_TRUE(Poll(rcq_, 1, std::chrono::milliseconds(200)).empty());
+  EXPECT_EQ(State(b), IBV_QPS_RTS) << "other QPs are not affected";
+}
+
 TEST_F(Loopback, ModifyCqModeratesCompletionEvents) {
   ibv_device_attr_ex dx{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
