@@ -26,23 +26,27 @@ void Stage(const char* name) {
   std::fflush(stdout);
 }
 
-void WaitEvent(ibv_context* ctx, ibv_event_type want, int timeout_ms) {
-  pollfd p{ctx->async_fd, POLLIN, 0};
-  if (poll(&p, 1, timeout_ms) != 1) {
-    std::fprintf(stderr, "port_events: no event within %d ms, waiting for %s\n", timeout_ms,
-                 ibv_event_type_str(want));
-    std::exit(1);
-  }
-  ibv_async_event ev{};
-  if (ibv_get_async_event(ctx, &ev) != 0) Fail("ibv_get_async_event");
-  const ibv_event_type got = ev.event_type;
-  const int port = ev.element.port_num;
-  ibv_ack_async_event(&ev);
-  if (got != want) {
+// Waits for the next async event, which must be `want` (or, when `skip` is
+// given, any number of `skip` events first).
+void WaitEvent(ibv_context* ctx, ibv_event_type want, int timeout_ms, int skip = -1) {
+  for (;;) {
+    pollfd p{ctx->async_fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) != 1) {
+      std::fprintf(stderr, "port_events: no event within %d ms, waiting for %s\n", timeout_ms,
+                   ibv_event_type_str(want));
+      std::exit(1);
+    }
+    ibv_async_event ev{};
+    if (ibv_get_async_event(ctx, &ev) != 0) Fail("ibv_get_async_event");
+    const ibv_event_type got = ev.event_type;
+    const int port = ev.element.port_num;
+    ibv_ack_async_event(&ev);
+    if (got != IBV_EVENT_DEVICE_FATAL && port != 1) Fail("port event for a port other than 1");
+    if (got == want) return;
+    if (static_cast<int>(got) == skip) continue;
     std::fprintf(stderr, "port_events: got %s, want %s\n", ibv_event_type_str(got), ibv_event_type_str(want));
     std::exit(1);
   }
-  if (want != IBV_EVENT_DEVICE_FATAL && port != 1) Fail("port event for a port other than 1");
 }
 
 ibv_port_state PortState(ibv_context* ctx) {
@@ -96,7 +100,9 @@ int main() {
   if (PortState(ctx) != IBV_PORT_ACTIVE) Fail("PORT_ACTIVE but the port is not active");
   Stage("up");
 
-  WaitEvent(ctx, IBV_EVENT_DEVICE_FATAL, 20000);
+  // Deleting an interface takes it down first: the 100 ms link poll may see
+  // that (PORT_ERR) before the interface is gone (DEVICE_FATAL).
+  WaitEvent(ctx, IBV_EVENT_DEVICE_FATAL, 20000, IBV_EVENT_PORT_ERR);
   if (PortState(ctx) == IBV_PORT_ACTIVE) Fail("DEVICE_FATAL but the port is still active");
   ibv_wc wc{};
   int got = 0;
