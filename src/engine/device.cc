@@ -236,17 +236,7 @@ absl::Status Device::DeallocPd(uint32_t pd) {
 absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                       uint32_t access) {
   if (dead()) return DeadError();
-  absl::StatusOr<mem::Mr> r = absl::InternalError("unset");
-  RunOnWorker([&] {
-    uint32_t* uses = PdUses(pd);
-    if (uses == nullptr) {
-      r = absl::NotFoundError("no such PD");
-      return;
-    }
-    r = mrs_.Register(pd, addr, iova, len, access);
-    if (r.ok()) ++*uses;
-  });
-  return r;
+  return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access); });
 }
 
 absl::Status Device::DeregMr(uint32_t key) {
@@ -574,19 +564,11 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
     return absl::InvalidArgumentError(
         "address handle needs a GRH, an IPv4-mapped GID with sgid_index 0 or an IPv6 GID with sgid_index 1");
   }
-  absl::StatusOr<uint32_t> r = absl::InternalError("unset");
-  RunOnWorker([&] {
-    uint32_t* uses = PdUses(pd);
-    if (uses == nullptr) {
-      r = absl::NotFoundError("no such PD");
-      return;
-    }
+  return CreateOnPd<uint32_t>(pd, [&]() -> absl::StatusOr<uint32_t> {
     const uint32_t id = next_ah_++;
     ahs_.emplace(id, ah);
-    ++*uses;
-    r = id;
+    return id;
   });
-  return r;
 }
 
 absl::Status Device::DestroyAh(uint32_t id) {
@@ -616,17 +598,7 @@ bool Device::InvalidateRkey(uint32_t rkey, uint32_t pd) {
 
 absl::StatusOr<uint32_t> Device::AllocMw(uint32_t pd, uint8_t type) {
   if (dead()) return DeadError();
-  absl::StatusOr<uint32_t> r = absl::InternalError("unset");
-  RunOnWorker([&] {
-    uint32_t* uses = PdUses(pd);
-    if (uses == nullptr) {
-      r = absl::NotFoundError("no such PD");
-      return;
-    }
-    r = mrs_.AllocMw(pd, type);
-    if (r.ok()) ++*uses;
-  });
-  return r;
+  return CreateOnPd<uint32_t>(pd, [&] { return mrs_.AllocMw(pd, type); });
 }
 
 absl::Status Device::DeallocMw(uint32_t rkey) {

@@ -264,6 +264,19 @@ class Device : public transport::TransportEnv {
   // an unknown PD; ReleasePd drops one use.
   uint32_t* PdUses(uint32_t pd);
   void ReleasePd(uint32_t pd);
+  // Runs create() on the worker for a new object on `pd` (NotFound if there
+  // is no such PD); a successful one counts as a use of the PD.
+  template <typename T, typename Create>
+  absl::StatusOr<T> CreateOnPd(uint32_t pd, Create create) {
+    absl::StatusOr<T> r = absl::NotFoundError("no such PD");
+    RunOnWorker([&] {
+      uint32_t* uses = PdUses(pd);
+      if (uses == nullptr) return;
+      r = create();
+      if (r.ok()) ++*uses;
+    });
+    return r;
+  }
   // arp.cc
   void HandleArp(const uint8_t* f, size_t len);
   void SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip);
