@@ -327,6 +327,34 @@ TEST(TransportSim, RcOverIpv6Gids) {
   EXPECT_GT(frames, 100u);
 }
 
+// The responder coalesces the ACKs of one receive burst: a window of small
+// SENDs delivered together is acknowledged by a few ACK frames, not one per
+// message, and every send still completes.
+TEST(TransportSim, AcksOfOneBurstLeaveAsOneFrame) {
+  SimPair p(LinkFaults{}, 15);
+  ASSERT_EQ(0, p.Init(64, 256, 4096));
+  SimQp &a = p.a, &b = p.b;
+  uint64_t acks = 0;
+  p.net.tap = [&](const wire::PacketView& v) {
+    if (v.bth.opcode == static_cast<uint8_t>(wire::Opcode::kRcAck)) ++acks;
+    return true;
+  };
+  constexpr int kMsgs = 32;
+  for (int i = 0; i < kMsgs; ++i) {
+    b.PostRecv(i, i * 64, 64);
+    a.PostSend(i, i * 64, 64);
+  }
+  std::vector<queue::Cqe> c(64);
+  int sends = 0, recvs = 0;
+  ASSERT_TRUE(p.net.Run([&] {
+    sends += a.scq_c->Poll(c.data(), 64);
+    recvs += b.rcq_c->Poll(c.data(), 64);
+    return sends == kMsgs && recvs == kMsgs;
+  }));
+  EXPECT_LE(acks, 4u) << "one ACK per burst, not per message";
+  EXPECT_GE(b.env->stats.ack_coalesced, static_cast<uint64_t>(kMsgs - 4));
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
   SimPair p(LinkFaults{}, 9);
   ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
