@@ -42,7 +42,9 @@ namespace droce {
   X(mcast_bad_drop, "multicast packets dropped because they were not UD SENDs to the multicast QPN 0xFFFFFF") \
   X(dropped_msgs, "UC/UD messages dropped (no receive WQE, PSN gap, bad key or length)")   \
   X(send_rem_access_err, "remote access error NAKs sent (bad rkey, rights or bounds)")    \
-  X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")
+  X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")      \
+  X(handoff_pkts, "received packets handed to the worker that owns their QP (DROCE_WORKERS > 1)") \
+  X(handoff_drop, "received packets dropped because the owning worker's hand-off ring was full")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

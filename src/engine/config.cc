@@ -182,16 +182,25 @@ absl::StatusOr<Config> ConfigFromEnv(int index) {
   }
   if (auto cpus = split_devices(std::getenv("DROCE_WORKER_CPU"));
       static_cast<size_t>(index) < cpus.size() && !cpus[index].empty()) {
-    // A CPU this process may run on (taskset, cgroup cpusets).
-    int cpu = -1;
+    // CPUs this process may run on (taskset, cgroup cpusets).
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
-    if (!absl::SimpleAtoi(cpus[index], &cpu) || cpu < 0 || cpu >= CPU_SETSIZE ||
-        sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || !CPU_ISSET(cpu, &allowed)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("DROCE_WORKER_CPU: '", cpus[index], "' is not a CPU this process may run on"));
+    const bool have_set = sched_getaffinity(0, sizeof(allowed), &allowed) == 0;
+    for (absl::string_view one : absl::StrSplit(cpus[index], ',')) {
+      int cpu = -1;
+      if (!absl::SimpleAtoi(one, &cpu) || cpu < 0 || cpu >= CPU_SETSIZE || !have_set || !CPU_ISSET(cpu, &allowed)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("DROCE_WORKER_CPU: '", one, "' is not a CPU this process may run on"));
+      }
+      c.worker_cpus.push_back(cpu);
     }
-    c.worker_cpu = cpu;
+  }
+  if (auto w = split_devices(std::getenv("DROCE_WORKERS"));
+      static_cast<size_t>(index) < w.size() && !w[index].empty()) {
+    if (!absl::SimpleAtoi(w[index], &c.workers) || c.workers < 1 || c.workers > kMaxWorkers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("DROCE_WORKERS: '", w[index], "' is not a worker count (1 to ", kMaxWorkers, ")"));
+    }
   }
   return c;
 }

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/log.h"
@@ -36,10 +37,17 @@ struct Config {
   bool has_ip6 = false;
   wire::Ipv6Addr ip6{};
   uint8_t prefix6_len = 64;
-  // The CPU the device's worker thread is pinned to (DROCE_WORKER_CPU); -1:
-  // it floats over the process's CPUs.
-  int worker_cpu = -1;
+  // The CPUs the device's worker threads are pinned to (DROCE_WORKER_CPU,
+  // a ','-separated list per device): worker i runs on worker_cpus[i % size].
+  // Empty: they float over the process's CPUs.
+  std::vector<int> worker_cpus;
+  // Worker threads of the device (DROCE_WORKERS), each with its own rx/tx
+  // queue pair on the link and its own QPs; 1 unless set.
+  int workers = 1;
 };
+
+// Upper bound on DROCE_WORKERS.
+inline constexpr int kMaxWorkers = 16;
 
 inline constexpr const char* kDefaultIp = "10.77.0.1/24";
 
@@ -55,7 +63,7 @@ absl::Status ParseIpv6Prefix(const std::string& s, wire::Ipv6Addr* ip, uint8_t* 
 absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp);
 
 // Reads DROCE_LINK, DROCE_IP, DROCE_MTU, DROCE_MAC, DROCE_LOG_LEVEL,
-// DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6, DROCE_WORKER_CPU. The error
+// DROCE_PROGRESS, DROCE_GATEWAY, DROCE_VLAN, DROCE_HUGEPAGES, DROCE_IP6, DROCE_WORKER_CPU, DROCE_WORKERS. The error
 // message names the variable and the bad value.
 absl::StatusOr<Config> ConfigFromEnv(int index = 0);
 // Devices configured: one per ';'-separated DROCE_LINK entry (at least one).

@@ -98,13 +98,13 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
       return;
     }
   }
-  if (cfg.worker_cpu >= 0) {
+  if (!cfg.worker_cpus.empty()) {
     // After EAL, which gives its main lcore thread the process's CPU set.
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(cfg.worker_cpu, &set);
+    CPU_SET(cfg.worker_cpus[0], &set);
     if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-      started->set_value(absl::InternalError(absl::StrCat("cannot pin the worker to CPU ", cfg.worker_cpu, ": ",
+      started->set_value(absl::InternalError(absl::StrCat("cannot pin the worker to CPU ", cfg.worker_cpus[0], ": ",
                                                           std::strerror(rc))));
       return;
     }
@@ -157,7 +157,7 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
       port_.name.c_str(), po.devargs.c_str(), dpdk_.driver().c_str(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
       port_.link_mtu, 128u << port_.active_mtu, io::EalUsesHugepages() ? ", hugepages" : "",
       cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "",
-      cfg.worker_cpu >= 0 ? absl::StrCat(", worker on CPU ", cfg.worker_cpu).c_str() : "");
+      !cfg.worker_cpus.empty() ? absl::StrCat(", worker on CPU ", cfg.worker_cpus[0]).c_str() : "");
   started->set_value(absl::OkStatus());
   Loop();
 }
