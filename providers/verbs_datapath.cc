@@ -230,7 +230,7 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   }
   engine::Device* eng = to_ctx(ibqp->context)->s->engine;
   eng->Doorbell(q->handle, /*wake=*/false);
-  eng->Kick();  // send now on this thread rather than wake the worker
+  eng->Kick(q->handle);  // send now on this thread rather than wake the worker
   return rc;
 }
 
@@ -275,7 +275,7 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (ibqp->state == IBV_QPS_ERR) {
     engine::Device* eng = to_ctx(ibqp->context)->s->engine;
     eng->Doorbell(q->handle, /*wake=*/false);
-    eng->Kick();
+    eng->Kick(q->handle);
   }
   return rc;
 }
@@ -357,7 +357,7 @@ int wr_complete(ibv_qp_ex* qpx) {
   if (ring) {
     engine::Device* eng = to_ctx(qpx->qp_base.context)->s->engine;
     eng->Doorbell(q->handle, /*wake=*/false);
-    eng->Kick();
+    eng->Kick(q->handle);
   }
   return err;
 }
@@ -671,7 +671,7 @@ int bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* bind) {
   mw->rkey = new_rkey;
   engine::Device* eng = to_ctx(ibqp->context)->s->engine;
   eng->Doorbell(q->handle, /*wake=*/false);
-  eng->Kick();
+  eng->Kick(q->handle);
   return 0;
 }
 

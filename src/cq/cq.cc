@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Create(uint32_t min_entries)
 }
 
 bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
+  std::lock_guard<SpinLock> l(lock_);
   if (prod_ - ring_.load_cons_acquire() >= ring_.size()) {
     if (ctl_->overflowed.exchange(1, std::memory_order_acq_rel) == 0 && notifier_ != nullptr) {
       notifier_->CqError(cookie_);
@@ -56,6 +57,7 @@ void CqProducer::Fire() {
 }
 
 void CqProducer::SetModeration(uint32_t count, uint64_t period_ns) {
+  std::lock_guard<SpinLock> l(lock_);
   mod_count_ = count;
   mod_period_ns_ = period_ns;
   // Events held under the old setting are owed now.
@@ -63,6 +65,7 @@ void CqProducer::SetModeration(uint32_t count, uint64_t period_ns) {
 }
 
 bool CqProducer::Tick(uint64_t now_ns) {
+  std::lock_guard<SpinLock> l(lock_);
   if (held_ == 0) return false;
   if (held_since_ns_ == 0) {
     held_since_ns_ = now_ns;
@@ -76,6 +79,7 @@ bool CqProducer::Tick(uint64_t now_ns) {
 }
 
 bool CqProducer::MoveTo(CqRegion* region) {
+  std::lock_guard<SpinLock> l(lock_);
   const uint32_t cons = ring_.load_cons_acquire();
   const uint32_t pending = prod_ - cons;
   queue::Ring next = region->ring();

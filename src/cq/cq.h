@@ -20,8 +20,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 
 #include "absl/status/statusor.h"
+#include "common/spin_lock.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
 #include "queue/shm.h"
@@ -63,8 +65,11 @@ class CqRegion {
 // Engine side. Owned by exactly one worker thread.
 class CqProducer {
  public:
-  CqProducer(CqRegion* region, CqNotifier* notifier, uint64_t cookie)
-      : ring_(region->ring()), ctl_(region->control()), notifier_(notifier), cookie_(cookie) {}
+  // `shared`: QPs owned by several worker threads complete into this CQ;
+  // every member below then runs under the CQ's producer lock (the consumer
+  // side is unchanged: one producer index, published in order).
+  CqProducer(CqRegion* region, CqNotifier* notifier, uint64_t cookie, bool shared = false)
+      : ring_(region->ring()), ctl_(region->control()), notifier_(notifier), cookie_(cookie), lock_(shared) {}
 
   // Enters one completion. `solicited` marks a received message with the SE
   // bit; unsuccessful completions also satisfy a solicited-only arm
@@ -86,9 +91,15 @@ class CqProducer {
   // from the first Tick that saw the event held, so it ends up to one tick
   // late. Returns whether an event is still held.
   bool Tick(uint64_t now_ns);
-  bool holding() const { return held_ != 0; }
+  bool holding() const {
+    std::lock_guard<SpinLock> l(lock_);
+    return held_ != 0;
+  }
 
-  bool full() const { return prod_ - ring_.load_cons_acquire() >= ring_.size(); }
+  bool full() const {
+    std::lock_guard<SpinLock> l(lock_);
+    return prod_ - ring_.load_cons_acquire() >= ring_.size();
+  }
   // Moves to a new region (ibv_resize_cq), carrying over the completions not
   // yet polled and the arm state. The consumer must be idle meanwhile.
   // Returns false if they do not fit.
@@ -100,6 +111,7 @@ class CqProducer {
   CqControl* ctl_;
   CqNotifier* notifier_;
   uint64_t cookie_;
+  mutable SpinLock lock_;
   uint32_t prod_ = 0;
   void Fire();
   uint32_t mod_count_ = 0;

@@ -4,6 +4,7 @@
 // NeighborCache's, engine/neighbor.h), and announce the address with a
 // gratuitous ARP when the port comes up.
 #include <cstring>
+#include <mutex>
 
 #include <rte_mbuf.h>
 
@@ -23,46 +24,65 @@ uint32_t Device::NextHop(uint32_t dip) const {
   return gateway_;
 }
 
-bool Device::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) {
-  if (wire::gid_is_ipv4_mapped(dgid.data())) return ResolveMac4(wire::gid_to_ipv4(dgid.data()), mac);
-  return ResolveMac6(dgid, mac);
+bool Device::ResolveMac(Worker& w, const wire::Ipv6Addr& dgid, wire::MacAddr* mac) {
+  if (wire::gid_is_ipv4_mapped(dgid.data())) return ResolveMac4(w, wire::gid_to_ipv4(dgid.data()), mac);
+  return ResolveMac6(w, dgid, mac);
 }
 
-bool Device::ResolveMac4(uint32_t dip, wire::MacAddr* mac) {
+bool Device::ResolveMac4(Worker& w, uint32_t dip, wire::MacAddr* mac) {
   if (dip == port_.ip) {
     *mac = port_.mac;  // loopback: the link brings our own frames back
     return true;
   }
   const uint32_t hop = NextHop(dip);
-  const auto r = arp_.Resolve(hop, NowNs());
+  ArpCache::Lookup r;
+  {
+    std::lock_guard<SpinLock> l(neighbor_lock_);
+    r = arp_.Resolve(hop, NowNs());
+  }
   if (r.request != ArpCache::Request::kNone) {
     // A refresh asks the known MAC directly and keeps using it meanwhile.
-    SendArp(1, r.request == ArpCache::Request::kUnicastProbe ? r.mac : wire::MacAddr{}, hop);
-    ++stats_.arp_requests;
+    SendArp(w, 1, r.request == ArpCache::Request::kUnicastProbe ? r.mac : wire::MacAddr{}, hop);
+    ++w.stats.arp_requests;
   }
   if (r.resolved) *mac = r.mac;
   return r.resolved;
 }
 
-void Device::LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create) {
+void Device::LearnNeighbor(Worker& w, uint32_t ip, const wire::MacAddr& mac, bool create) {
   if (ip == 0 || ip == port_.ip) return;
   // The loop's last timer tick is recent enough and cheaper than reading the
   // clock for every received packet.
-  if (arp_.Confirm(ip, mac, last_timer_ns_ != 0 ? last_timer_ns_ : NowNs(), create)) ActivateAllQps();
+  const uint64_t now = w.last_timer_ns != 0 ? w.last_timer_ns : NowNs();
+  bool changed;
+  {
+    std::lock_guard<SpinLock> l(neighbor_lock_);
+    changed = arp_.Confirm(ip, mac, now, create);
+  }
+  if (changed) ActivateAllQps(w);
 }
 
-void Device::ActivateAllQps() {
-  // A resolved neighbour unblocks every requester waiting on it.
-  for (auto& [qpn, e] : qps_) {
-    (void)qpn;
-    Activate(e.get());
+void Device::ActivateAllQps(Worker& w) {
+  // A resolved neighbour unblocks every requester waiting on it: w's now,
+  // the other workers' at their next turn.
+  ActivateOwnQps(w);
+  for (auto& other : workers_) {
+    if (other.get() == &w) continue;
+    other->activate_all.store(true, std::memory_order_release);
+    Wake(*other);
   }
 }
 
-void Device::SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
+void Device::ActivateOwnQps(Worker& w) {
+  for (auto& [qpn, e] : qps_) {
+    if (e->owner == &w) Activate(e.get());
+  }
+}
+
+void Device::SendArp(Worker& w, uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
   transport::TxFrame f;
   const uint32_t len = 60;  // minimum Ethernet frame without FCS
-  if (!AllocFrame(len, &f)) return;
+  if (!w.AllocFrame(len, &f)) return;
   uint8_t* p = f.data;
   std::memset(p, 0, len);
   // Requests go to the broadcast address unless they probe a known MAC.
@@ -82,17 +102,17 @@ void Device::SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip) {
   // same), also when it is sent unicast.
   if (op == 2) std::memcpy(a + 18, tha.data(), 6);
   wire::store_be32(a + 24, tip);
-  SendFrame(f, len);
+  w.SendFrame(f, len);
 }
 
-void Device::SendGratuitousArp() {
+void Device::SendGratuitousArp(Worker& w) {
   // RFC 5227 announcement: a request for our own address, sender = target.
   // Neighbours that already have an entry for the address update it; the
   // kernel does not create new entries from it unless arp_accept is set.
-  SendArp(1, wire::MacAddr{}, port_.ip);
+  SendArp(w, 1, wire::MacAddr{}, port_.ip);
 }
 
-void Device::HandleArp(const uint8_t* f, size_t len) {
+void Device::HandleArp(Worker& w, const uint8_t* f, size_t len) {
   // f points at the Ethernet header; a VLAN tag, if any, is skipped here.
   size_t off = wire::kEthLen;
   if (len >= wire::kEthLen + wire::kVlanLen && wire::load_be16(f + 12) == wire::kEtherTypeVlan) {
@@ -110,11 +130,11 @@ void Device::HandleArp(const uint8_t* f, size_t len) {
   if (spa == port_.ip) return;  // our own announcement, or someone claiming our address
   // RFC 826: a sender we know is updated whatever the target (this is how a
   // gratuitous ARP moves an address); one addressed to us is added.
-  LearnNeighbor(spa, sha, /*create=*/tpa == port_.ip);
+  LearnNeighbor(w, spa, sha, /*create=*/tpa == port_.ip);
   if (tpa != port_.ip) return;
   if (op == 1) {
-    SendArp(2, sha, spa);
-    ++stats_.arp_replies;
+    SendArp(w, 2, sha, spa);
+    ++w.stats.arp_replies;
   }
 }
 

@@ -8,6 +8,10 @@
 #include <cstring>
 #include <optional>
 
+#include <rte_errno.h>
+#include <rte_pause.h>
+#include <rte_ring.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -15,6 +19,10 @@ namespace droce::engine {
 namespace {
 
 absl::Status DeadError() { return absl::UnavailableError("the device failed (IBV_EVENT_DEVICE_FATAL)"); }
+
+// Frames one worker can hold for another (a burst of 32 from each of 16
+// workers, many times over).
+constexpr unsigned kInboxSize = 4096;
 
 // IB MTU usable over an Ethernet MTU: room for IPv4/UDP/BTH, the largest
 // extended header and the ICRC, as rxe computes it (1500 → 1024).
@@ -68,13 +76,14 @@ absl::Status Device::Start(const Config& cfg) {
   set_log_level(cfg.log_level);
   std::promise<absl::Status> started;
   std::future<absl::Status> f = started.get_future();
-  worker_ = std::thread([this, cfg, &started] { WorkerMain(cfg, &started); });
+  std::thread worker0([this, cfg, &started] { WorkerMain(cfg, &started); });
   absl::Status s = f.get();
   if (!s.ok()) {
-    worker_.join();
+    worker0.join();
     return s;
   }
-  worker_.detach();
+  workers_[0]->thread = std::move(worker0);
+  workers_[0]->thread.detach();
   return absl::OkStatus();
 }
 
@@ -89,33 +98,36 @@ transport::PortAddr Device::TransportPort() const {
 }
 
 void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
-  pthread_setname_np(pthread_self(), "droce-worker");
-  // EAL makes the calling thread its main lcore, so droce0's worker brings it
-  // up; the other devices' workers are plain threads on the same EAL.
+  pthread_setname_np(pthread_self(), absl::StrCat("droce", cfg.index, "-w0").c_str());
+  absl::Status s = Setup(cfg);
+  started->set_value(s);
+  if (s.ok()) Loop(*workers_[0]);
+}
+
+absl::Status Device::Setup(const Config& cfg) {
+  // EAL makes the calling thread its main lcore, so droce0's worker 0 brings
+  // it up; the other workers and devices are plain threads on the same EAL.
   if (cfg.index == 0) {
-    if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) {
-      started->set_value(s);
-      return;
-    }
+    if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) return s;
   }
-  if (!cfg.worker_cpus.empty()) {
-    // After EAL, which gives its main lcore thread the process's CPU set.
+  auto pin = [&](pthread_t t, int i) -> absl::Status {
+    if (cfg.worker_cpus.empty()) return absl::OkStatus();
+    const int cpu = cfg.worker_cpus[i % cfg.worker_cpus.size()];
     cpu_set_t set;
     CPU_ZERO(&set);
-    CPU_SET(cfg.worker_cpus[0], &set);
-    if (int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); rc != 0) {
-      started->set_value(absl::InternalError(absl::StrCat("cannot pin the worker to CPU ", cfg.worker_cpus[0], ": ",
-                                                          std::strerror(rc))));
-      return;
+    CPU_SET(cpu, &set);
+    if (int rc = pthread_setaffinity_np(t, sizeof(set), &set); rc != 0) {
+      return absl::InternalError(absl::StrCat("cannot pin worker ", i, " to CPU ", cpu, ": ", std::strerror(rc)));
     }
-  }
+    return absl::OkStatus();
+  };
+  // After EAL, which gives its main lcore thread the process's CPU set.
+  if (absl::Status s = pin(pthread_self(), 0); !s.ok()) return s;
   io::PortOptions po;
   const bool loopback = cfg.link.empty();
   po.devargs = loopback ? absl::StrCat("net_ring_droce", cfg.index) : cfg.link;
-  if (absl::Status s = dpdk_.Open(po); !s.ok()) {
-    started->set_value(s);
-    return;
-  }
+  po.queues = static_cast<uint16_t>(cfg.workers);
+  if (absl::Status s = dpdk_.Open(po); !s.ok()) return s;
   port_.name = absl::StrCat("droce", cfg.index);
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
@@ -141,8 +153,26 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
     std::memcpy(port_.gids[transport::kGidIndexIpv6], cfg.ip6.data(), 16);
     port_.gid_count = 2;
   }
-  tx_.reserve(1024);
-  mcast_loop_.reserve(64);
+  // Workers. With several, what their QPs share gets its locks, and each
+  // gets an inbox for the frames the others receive for its QPs.
+  const bool shared = cfg.workers > 1;
+  mrs_.set_concurrent(shared);
+  neighbor_lock_.set_enabled(shared);
+  for (int i = 0; i < cfg.workers; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->dev = this;
+    w->index = static_cast<uint16_t>(i);
+    w->tx.reserve(1024);
+    w->mcast_loop.reserve(64);
+    if (shared) {
+      const std::string ring = absl::StrCat("droce", cfg.index, "_inbox", i);
+      w->inbox = rte_ring_create(ring.c_str(), kInboxSize, SOCKET_ID_ANY, RING_F_SC_DEQ);
+      if (w->inbox == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat("worker inbox ", ring, ": ", rte_strerror(rte_errno)));
+      }
+    }
+    workers_.push_back(std::move(w));
+  }
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
   subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);
@@ -151,59 +181,82 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   has_ip6_ = cfg.has_ip6;
   ip6_ = cfg.ip6;
   prefix6_len_ = cfg.prefix6_len;
-  SendGratuitousArp();
-  if (has_ip6_) SendNeighborAdvert({0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
-  Log(LogLevel::kInfo, "%s up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s%s)",
+  Worker& w0 = *workers_[0];
+  SendGratuitousArp(w0);
+  if (has_ip6_) SendNeighborAdvert(w0, {0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
+  for (int i = 1; i < cfg.workers; ++i) {
+    Worker& w = *workers_[i];
+    w.thread = std::thread([this, &w, name = absl::StrCat("droce", cfg.index, "-w", i)] {
+      pthread_setname_np(pthread_self(), name.c_str());
+      Loop(w);
+    });
+    absl::Status s = pin(w.thread.native_handle(), i);
+    w.thread.detach();  // the device lives until exit, as its workers do
+    if (!s.ok()) {
+      stop_.store(true, std::memory_order_relaxed);  // the started workers leave their loops
+      return s;
+    }
+  }
+  std::string cpus;
+  for (int c : cfg.worker_cpus) absl::StrAppend(&cpus, cpus.empty() ? "" : ",", c);
+  Log(LogLevel::kInfo, "%s up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s, %d worker%s%s)",
       port_.name.c_str(), po.devargs.c_str(), dpdk_.driver().c_str(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
       port_.link_mtu, 128u << port_.active_mtu, io::EalUsesHugepages() ? ", hugepages" : "",
-      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "",
-      !cfg.worker_cpus.empty() ? absl::StrCat(", worker on CPU ", cfg.worker_cpus[0]).c_str() : "");
-  started->set_value(absl::OkStatus());
-  Loop();
+      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "", cfg.workers, cfg.workers > 1 ? "s" : "",
+      !cpus.empty() ? absl::StrCat(cfg.workers > 1 ? " on CPUs " : " on CPU ", cpus).c_str() : "");
+  return absl::OkStatus();
 }
 
-void Device::Wake() {
-  // Pairs with the sleeper's store of sleeping_ then re-check (worker.cc).
+void Device::Wake(Worker& w) {
+  // Pairs with the sleeper's store of `sleeping` then re-check (worker.cc).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (sleeping_.load(std::memory_order_relaxed) != 0) {
-    wake_seq_.fetch_add(1, std::memory_order_release);
-    syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
+    w.wake_seq.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, &w.wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
   }
+}
+
+void Device::WakeAll() {
+  for (auto& w : workers_) Wake(*w);
 }
 
 void Device::RunOnWorker(std::function<void()> fn) {
-  std::promise<void> done;
-  std::future<void> f = done.get_future();
-  {
-    std::lock_guard<std::mutex> l(mbox_mu_);
-    mbox_.push_back([&] {
-      // An exception must not unwind through the engine loop into the
-      // application, nor leave the caller waiting: the device dies instead
-      // (the calls below check dead() after this returns).
-      try {
-        fn();
-      } catch (const std::exception& ex) {
-        EnterFatal(ex.what());
-      }
-      done.set_value();
-    });
-    mbox_pending_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> l(ctl_mu_);
+  // Drivers step aside while ctl_pending_ is set; a turn in progress ends
+  // within microseconds (the holder may be preempted: yield, do not spin).
+  ctl_pending_.fetch_add(1, std::memory_order_relaxed);
+  for (auto& w : workers_) {
+    for (unsigned spins = 0; w->drive_lock.load(std::memory_order_relaxed) ||
+                             w->drive_lock.exchange(true, std::memory_order_acquire);
+         ++spins) {
+      if (spins < 64) rte_pause();
+      else sched_yield();
+    }
   }
-  Wake();
-  f.wait();
+  // An exception must not unwind through the engine into the application:
+  // the device dies instead (the calls below check dead() after this
+  // returns).
+  try {
+    fn();
+  } catch (const std::exception& ex) {
+    EnterFatal(ex.what());
+  } catch (...) {
+    EnterFatal("unknown exception");
+  }
+  for (auto& w : workers_) w->drive_lock.store(false, std::memory_order_release);
+  ctl_pending_.fetch_sub(1, std::memory_order_relaxed);
+  // The call may have left work (a QP made ready to send, frames queued).
+  WakeAll();
 }
 
 void Device::Doorbell(const QpHandle& qp, bool wake) {
   // Only the first doorbell since the worker last looked enqueues the QPN;
   // see HandleDoorbells for the other half.
+  Worker& w = *workers_[qp.worker];
   if (qp.shared->doorbell_pending.exchange(1, std::memory_order_acq_rel) == 0) {
-    doorbells_.Push(qp.qpn);
+    w.doorbells.Push(qp.qpn);
   }
-  if (wake) Wake();
-}
-
-void Device::Kick() {
-  if (!app_progress_ || !TryDrive(/*polling=*/false)) Wake();
+  if (wake) Wake(w);
 }
 
 uint64_t Device::NowNs() {
@@ -268,7 +321,7 @@ absl::StatusOr<CqHandle> Device::CreateCq(uint32_t min_cqe, cq::CqNotifier* noti
     h.id = next_cq_++;
     h.region = region->get();
     CqEntry e;
-    e.producer = std::make_unique<cq::CqProducer>(region->get(), notifier, cookie);
+    e.producer = std::make_unique<cq::CqProducer>(region->get(), notifier, cookie, workers_.size() > 1);
     e.region = std::move(*region);
     cqs_.emplace(h.id, std::move(e));
   });
@@ -384,6 +437,12 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     }
     h.qpn = next_qpn_;
     next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
+    // The worker with the fewest QPs owns the new one.
+    Worker* owner = workers_[0].get();
+    for (auto& w : workers_) {
+      if (w->qps < owner->qps) owner = w.get();
+    }
+    h.worker = owner->index;
     transport::QpInit init;
     init.qpn = h.qpn;
     init.type = a.type;
@@ -396,7 +455,9 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.recv_cq = rcq->second.producer.get();
     init.srq = srq != nullptr ? srq->srq.get() : nullptr;
     init.port = TransportPort();
-    entry->qp = std::make_unique<transport::Qp>(init, this);
+    entry->qp = std::make_unique<transport::Qp>(init, owner);
+    entry->owner = owner;
+    ++owner->qps;
     entry->pd = a.pd;
     entry->send_cq = a.send_cq;
     entry->recv_cq = a.recv_cq;
@@ -456,8 +517,9 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
       return;
     }
     QpEntry* e = it->second.get();
-    std::erase(active_, e);
-    std::erase(timed_, e);
+    std::erase(e->owner->active, e);
+    std::erase(e->owner->timed, e);
+    --e->owner->qps;
     // Drop the QP's references on its CQs and PD.
     if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;
     if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
@@ -508,7 +570,7 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
     }
     h.id = next_srq_++;
     SrqEntry e;
-    e.srq = std::make_unique<transport::Srq>(h.ring, max_sge);
+    e.srq = std::make_unique<transport::Srq>(h.ring, max_sge, workers_.size() > 1);
     e.srq->SetLimit(limit);
     e.shm = std::move(*shm);
     e.pd = pd;
@@ -638,23 +700,32 @@ void Device::DeliverEvents(QpEntry* e) {
   if (srq->TakeLimitEvent() && sink != nullptr) sink->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
   if (srq->TakeErrorEvent()) {
     // IBA 10.2.9.5: an SRQ in error takes every QP attached to it to the
-    // error state (each then reports its last WQE).
-    ++stats_.srq_err;
+    // error state (each then reports its last WQE). Those QPs may belong to
+    // other workers: done with all of them stopped, after this turn.
+    ++e->owner->stats.srq_err;
     if (sink != nullptr) sink->SrqEvent(it->second.cookie, 14 /* IBV_EVENT_SRQ_ERR */);
-    transport::QpAttr err;
-    err.state = transport::QpState::kErr;
-    for (auto& [qpn, other] : qps_) {
-      if (other->srq != e->srq) continue;
-      other->qp->Modify(err, transport::kAttrState);
-      if (other.get() != e) DeliverEvents(other.get());
-    }
-    DeliverEvents(e);
+    e->owner->exclusive.push_back([this, id = e->srq] { FailSrqQps(id); });
+  }
+}
+
+void Device::FailSrqQps(uint32_t srq) {
+  transport::QpAttr err;
+  err.state = transport::QpState::kErr;
+  for (auto& [qpn, e] : qps_) {
+    if (e->srq != srq) continue;
+    e->qp->Modify(err, transport::kAttrState);
+    DeliverEvents(e.get());
+    Activate(e.get());
   }
 }
 
 Counters Device::ReadCounters() {
   Counters c;
-  RunOnWorker([&] { c = stats_; });
+  RunOnWorker([&] {
+    for (const auto& w : workers_) {
+      for (const CounterInfo& i : kCounterInfo) c.*i.field += w->stats.*i.field;
+    }
+  });
   return c;
 }
 

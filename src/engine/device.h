@@ -1,16 +1,24 @@
-// One droce device: a link (DPDK port), one port with its addresses, and the
-// poll-mode worker that owns every QP, CQ producer and MR of the device.
+// One droce device: a link (DPDK port), one port with its addresses, and its
+// poll-mode workers (DROCE_WORKERS, 1 by default). Worker i receives on rx
+// queue i and sends on tx queue i of the link; each QP is owned by one worker
+// (the one with the fewest QPs when it is created), which alone runs its
+// transport; a RoCE packet that arrives on another worker's queue is handed to
+// the owner through the owner's inbox ring.
 //
-// The control path (PD/MR/CQ/QP create, modify, destroy) runs on the worker
-// through a mailbox: the caller blocks until the worker has executed it. So
-// the worker's tables need no locks, and once DeregMr/DestroyQp returns the
-// worker can no longer touch that memory. The datapath needs no control call:
-// the provider writes WQEs into shared rings and rings a doorbell.
+// Progress: whoever holds a worker's drive lock runs that worker's loop turn:
+// its thread, or an application thread driving from ibv_poll_cq/ibv_post_*.
+// The control path (PD/MR/CQ/QP create, modify, destroy) takes every
+// worker's drive lock (RunOnWorker), so the device's tables change only while
+// no turn runs, need no locks on the fast path, and once DeregMr/DestroyQp
+// returns no worker can touch that memory. What QPs of different workers
+// share while they run — CQ producers, SRQs, memory-window state, neighbour
+// caches — has its own lock, enabled only with several workers. The datapath
+// needs no control call: the provider writes WQEs into shared rings and rings
+// the owner's doorbell.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
 #include <functional>
 #include <future>
 #include <memory>
@@ -22,6 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/counters.h"
+#include "common/spin_lock.h"
 #include "cq/cq.h"
 #include "engine/config.h"
 #include "engine/mcast.h"
@@ -34,6 +43,7 @@
 #include "transport/qp.h"
 
 struct rte_mbuf;
+struct rte_ring;
 
 namespace droce::engine {
 
@@ -81,6 +91,7 @@ struct QpCreateArgs {
 
 struct QpHandle {
   uint32_t qpn = 0;
+  uint16_t worker = 0;  // the worker that owns the QP (its doorbells go there)
   queue::Ring sq, rq;
   QpShared* shared = nullptr;
   transport::QpCaps caps;
@@ -110,7 +121,66 @@ struct Limits {
   static constexpr uint64_t kMaxMrSize = 1ull << 40;
 };
 
-class Device : public transport::TransportEnv {
+class Device;
+struct Worker;
+
+struct QpEntry {
+  std::unique_ptr<transport::Qp> qp;
+  queue::ShmRegion shm;
+  QpShared* shared = nullptr;
+  Worker* owner = nullptr;
+  bool active = false;  // on the owner's active list (has something to send)
+  bool timed = false;   // on the owner's timed list (awaits ACKs)
+  uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
+  EventSink* events = nullptr;
+  uint64_t cookie = 0;
+};
+
+// One worker of a device: its queues on the link, the QPs it owns and their
+// transport environment. Fields below `drive_lock` belong to whoever holds
+// it (worker.cc).
+struct Worker final : transport::TransportEnv {
+  Device* dev = nullptr;
+  uint16_t index = 0;  // also its rx/tx queue on the link
+  std::thread thread;
+  // Wakeup: the worker's thread sleeps on `wake_seq` (futex) when idle.
+  alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq{0};
+  std::atomic<uint32_t> sleeping{0};
+  alignas(queue::kCacheLine) std::atomic<bool> drive_lock{false};
+  // Set by another worker: activate every QP of this worker (a neighbour they
+  // may wait for was resolved).
+  std::atomic<bool> activate_all{false};
+  queue::DoorbellQueue doorbells{4096};
+  // Frames for this worker's QPs received by another worker (multi-producer,
+  // single-consumer); nullptr with a single worker.
+  rte_ring* inbox = nullptr;
+
+  std::vector<QpEntry*> active, timed;
+  std::vector<rte_mbuf*> tx;
+  // Copies of multicast frames sent on a link that does not return them
+  // (every link but the internal loopback), for LoopBackMulticast.
+  std::vector<rte_mbuf*> mcast_loop;
+  Counters stats;
+  uint64_t last_timer_ns = 0;
+  uint64_t last_busy_ns = 0;
+  uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
+  uint32_t qps = 0;              // QPs owned (guarded by the control path)
+  // Work found during a turn that touches other workers' QPs (an SRQ error,
+  // a device failure): run with every worker stopped, after the turn.
+  std::vector<std::function<void()>> exclusive;
+
+  // TransportEnv, for this worker's QPs.
+  uint64_t NowNs() override;
+  bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
+  void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
+  bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;
+  mem::MrTable& Mrs() override;
+  bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
+  const transport::AddressHandle* FindAh(uint32_t id) override;
+  Counters& Stats() override { return stats; }
+};
+
+class Device {
  public:
   // The process's droce<index>, started on first use from the DROCE_*
   // environment.
@@ -133,6 +203,7 @@ class Device : public transport::TransportEnv {
   // Runs fn on the engine as a control call does; for tests that need the
   // engine to fail from inside (an exception escaping fn kills the device).
   void RunOnWorkerForTesting(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
+  int workers() const { return static_cast<int>(workers_.size()); }
   // Contexts receive the device's unaffiliated events (worker thread).
   void AddDeviceSink(EventSink* sink);
   void RemoveDeviceSink(EventSink* sink);
@@ -177,38 +248,22 @@ class Device : public transport::TransportEnv {
   // Datapath, any thread: new WQEs are in the QP's rings.
   // With wake=false the caller drives or wakes the worker itself (Kick).
   void Doorbell(const QpHandle& qp, bool wake = true);
-  // After doorbells: drive the engine on this thread if nobody is driving,
-  // else make sure the worker is awake to see them.
-  void Kick();
-  // Application-driven progress: runs one turn of the engine loop on the
-  // calling thread unless another thread is driving. Returns whether there
-  // was work.
+  // After doorbells on `qp`: drive its worker on this thread if nobody is
+  // driving it, else make sure that worker is awake to see them.
+  void Kick(const QpHandle& qp);
+  // Application-driven progress: runs one turn of each worker's loop whose
+  // drive lock is free on the calling thread. Returns whether there was work.
   bool TryDrive(bool polling = true);
   // An application thread that drove the engine is about to block (e.g. in
   // ibv_get_cq_event): the worker takes over now.
   void Handoff();
 
-  // TransportEnv (worker thread only).
-  uint64_t NowNs() override;
-  bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
-  void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
-  bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;
-  mem::MrTable& Mrs() override { return mrs_; }
-  bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
-  const transport::AddressHandle* FindAh(uint32_t id) override;
-  Counters& Stats() override { return stats_; }
+  // Shared by every worker's TransportEnv.
+  bool InvalidateRkey(uint32_t rkey, uint32_t pd);
+  const transport::AddressHandle* FindAh(uint32_t id);
 
  private:
-  struct QpEntry {
-    std::unique_ptr<transport::Qp> qp;
-    queue::ShmRegion shm;
-    QpShared* shared = nullptr;
-    bool active = false;  // on active_ (has something to send)
-    bool timed = false;   // on timed_ (awaits ACKs)
-    uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
-    EventSink* events = nullptr;
-    uint64_t cookie = 0;
-  };
+  friend struct Worker;
   struct SrqEntry {
     std::unique_ptr<transport::Srq> srq;
     queue::ShmRegion shm;
@@ -224,42 +279,59 @@ class Device : public transport::TransportEnv {
     uint32_t users = 0;
   };
   Device() = default;
+  static uint64_t NowNs();
   absl::Status Start(const Config& cfg);
   transport::PortAddr TransportPort() const;
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);
-  // Runs fn on the worker and waits for it.
+  // Brings up the link and the workers (on worker 0's thread).
+  absl::Status Setup(const Config& cfg);
+  // Runs fn with every worker stopped (all drive locks held) on the calling
+  // thread and waits for it: the control path. An exception escaping fn
+  // kills the device.
   void RunOnWorker(std::function<void()> fn);
-  void Wake();
+  void Wake(Worker& w);
+  void WakeAll();
 
   // worker.cc
-  void Loop();
-  bool PollOnce();
-  void RunMailbox();
-  void HandleDoorbells();
-  void HandleFrame(rte_mbuf* m);
-  // A RoCE packet to a multicast address: to every QP attached to its group.
-  void HandleMulticast(const wire::PacketView& v);
-  // A validated packet for one of the device's QPs.
+  void Loop(Worker& w);
+  // One turn of w's loop by a thread that holds w's drive lock, which it
+  // releases; then runs the work the turn left for all workers stopped.
+  bool DriveLocked(Worker& w);
+  bool PollOnce(Worker& w);
+  void HandleDoorbells(Worker& w);
+  // `handed`: the frame was received by another worker and handed to w.
+  void HandleFrame(Worker& w, rte_mbuf* m, bool handed);
+  // Passes a received frame to the worker that owns its QP.
+  void HandOff(Worker& from, Worker& to, rte_mbuf* m);
+  // A RoCE packet to a multicast address: to every QP attached to its group
+  // (w's own; other workers get a copy of `m` unless it was handed).
+  void HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed);
+  // A validated packet for one of w's QPs.
   void DeliverPacket(QpEntry* e, const wire::PacketView& v);
   // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
-  void LearnSender(const wire::PacketView& v);
-  // Delivers the multicast frames this device sent to its own attached QPs.
-  void LoopBackMulticast();
-  void FlushTx();
+  void LearnSender(Worker& w, const wire::PacketView& v);
+  // Delivers the multicast frames w sent to the device's attached QPs.
+  void LoopBackMulticast(Worker& w);
+  void FlushTx(Worker& w);
+  // Puts a QP on its owner's active list (its owner's driver, or the control
+  // path).
   void Activate(QpEntry* e);
-  void RunTimers(uint64_t now);
+  void RunTimers(Worker& w, uint64_t now);
   // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
-  void PollLinkState();
+  void PollLinkState(Worker& w);
   void RaiseDeviceEvent(int event_type);
+  // All workers stopped (RunOnWorker, or a turn's exclusive work).
   void EnterFatal(const char* why);
   // PollOnce, turning an exception that escapes the engine into a dead
   // device instead of unwinding into the application.
-  bool PollOnceGuarded();
-  // Whether a CQ holds back a moderated event (the worker must not sleep).
+  bool PollOnceGuarded(Worker& w);
+  // Whether a CQ holds back a moderated event (worker 0 must not sleep).
   bool CqEventHeld() const;
-  void IdleBackoff(unsigned idle_loops);
-  void Nap(long ns);
+  void IdleBackoff(Worker& w, unsigned idle_loops);
+  void Nap(Worker& w, long ns);
   void DeliverEvents(QpEntry* e);
+  // An SRQ went to error: every QP on it goes to error (all workers stopped).
+  void FailSrqQps(uint32_t srq);
   // Objects count as users of their PD (worker thread): PdUses is nullptr for
   // an unknown PD; ReleasePd drops one use.
   uint32_t* PdUses(uint32_t pd);
@@ -278,51 +350,39 @@ class Device : public transport::TransportEnv {
     return r;
   }
   // arp.cc
-  void HandleArp(const uint8_t* f, size_t len);
-  void SendArp(uint16_t op, const wire::MacAddr& tha, uint32_t tip);
+  void HandleArp(Worker& w, const uint8_t* f, size_t len);
+  void SendArp(Worker& w, uint16_t op, const wire::MacAddr& tha, uint32_t tip);
 
   PortInfo port_;
   io::DpdkPort dpdk_;
-  std::thread worker_;
+  std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};
 
-  // Mailbox (control path).
-  std::mutex mbox_mu_;
-  std::deque<std::function<void()>> mbox_;
-  std::atomic<bool> mbox_pending_{false};
+  // Control path: one call at a time; while one waits for the drive locks,
+  // drivers step aside.
+  std::mutex ctl_mu_;
+  std::atomic<uint32_t> ctl_pending_{0};
 
-  // Wakeup: the worker sleeps on `wake_seq_` (futex) when idle.
-  alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq_{0};
-  std::atomic<uint32_t> sleeping_{0};
-  std::atomic<bool> drive_lock_{false};
   std::atomic<uint64_t> last_app_drive_ns_{0};
   bool app_progress_ = true;
-  queue::DoorbellQueue doorbells_{4096};
 
-  // Worker-owned state.
+  // The device's tables: changed only by the control path (every worker
+  // stopped), read by the workers' turns.
   absl::flat_hash_map<uint32_t, std::unique_ptr<QpEntry>> qps_;
   absl::flat_hash_map<uint32_t, CqEntry> cqs_;
   absl::flat_hash_map<uint32_t, uint32_t> pds_;  // pd → objects using it
   absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
   absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
   McastGroups mcast_;
-  // Copies of multicast frames sent on a link that does not return them
-  // (every link but the internal loopback), for LoopBackMulticast.
   bool link_loops_back_ = false;
-  std::vector<rte_mbuf*> mcast_loop_;
   uint32_t next_srq_ = 1;
   uint32_t next_ah_ = 1;
   mem::MrTable mrs_;
-  std::vector<QpEntry*> active_, timed_;
-  std::vector<cq::CqProducer*> ticked_cqs_;  // CQs with a moderation period
+  std::vector<cq::CqProducer*> ticked_cqs_;  // CQs with a moderation period (ticked by worker 0)
   uint32_t next_qpn_ = 0x11;
   uint32_t next_cq_ = 1;
   uint32_t next_pd_ = 1;
-  Counters stats_;
-  std::vector<rte_mbuf*> tx_;
-  uint64_t last_timer_ns_ = 0;
-  uint64_t last_busy_ns_ = 0;
-  // port_state.cc
+  // port_state.cc (worker 0)
   std::atomic<bool> port_active_{true};
   std::atomic<bool> dead_{false};
   bool link_seen_up_ = false;
@@ -333,36 +393,40 @@ class Device : public transport::TransportEnv {
   // The next hop for an IPv4 destination: itself on the subnet (or with no
   // gateway configured), else the gateway.
   uint32_t NextHop(uint32_t dip) const;
-  bool ResolveMac4(uint32_t dip, wire::MacAddr* mac);
+  bool ResolveMac(Worker& w, const wire::Ipv6Addr& dgid, wire::MacAddr* mac);
+  bool ResolveMac4(Worker& w, uint32_t dip, wire::MacAddr* mac);
   // A confirmed IPv4 → MAC mapping; wakes the QPs waiting on it if it is new.
-  void LearnNeighbor(uint32_t ip, const wire::MacAddr& mac, bool create);
-  void SendGratuitousArp();
+  void LearnNeighbor(Worker& w, uint32_t ip, const wire::MacAddr& mac, bool create);
+  void SendGratuitousArp(Worker& w);
   // Frames that are not RoCE but may be for the port (icmp.cc): ICMP echo,
   // ICMPv6 echo and neighbour discovery. Returns true if the frame was
   // consumed (answered or deliberately ignored).
-  bool HandleLocal(const uint8_t* f, size_t len);
-  void HandleIcmp4(const uint8_t* f, size_t len, unsigned l3);
+  bool HandleLocal(Worker& w, const uint8_t* f, size_t len);
+  void HandleIcmp4(Worker& w, const uint8_t* f, size_t len, unsigned l3);
   // IPv6 (nd.cc): ICMPv6 echo and neighbour discovery (RFC 4861) for the
   // port's IPv6 address (DROCE_IP6), and a resolver for IPv6 next hops.
-  void HandleIcmp6(const uint8_t* f, size_t len, unsigned l3);
-  void SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAddr* unicast);
-  void SendNeighborAdvert(const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited);
-  bool ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac);
+  void HandleIcmp6(Worker& w, const uint8_t* f, size_t len, unsigned l3);
+  void SendNeighborSolicit(Worker& w, const wire::Ipv6Addr& target, const wire::MacAddr* unicast);
+  void SendNeighborAdvert(Worker& w, const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited);
+  bool ResolveMac6(Worker& w, const wire::Ipv6Addr& dip, wire::MacAddr* mac);
   // A confirmed IPv6 → MAC mapping (ND, RoCE traffic); wakes the QPs waiting
   // on it if it is new, as LearnNeighbor does.
-  void LearnNeighbor6(const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create);
-  // Puts every QP on the active list (cold path: a neighbour some may wait
-  // for was resolved or moved).
-  void ActivateAllQps();
+  void LearnNeighbor6(Worker& w, const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create);
+  // Puts every QP on its owner's active list (cold path: a neighbour some may
+  // wait for was resolved or moved). Other workers do it at their next turn.
+  void ActivateAllQps(Worker& w);
+  void ActivateOwnQps(Worker& w);
   // Puts the port's 802.1Q tag in front of a frame about to be sent (no-op
   // without DROCE_VLAN).
   void TagFrame(rte_mbuf* m);
   // Whether a received frame belongs to this port's VLAN (or, without one,
   // is untagged or priority-tagged). `m` may carry a tag the PMD stripped.
   bool VlanAccepts(const rte_mbuf* m, const uint8_t* f, size_t len) const;
-  // Neighbour caches (engine/neighbor.h): IPv4 next hops by ARP, IPv6 by ND.
+  // Neighbour caches (engine/neighbor.h): IPv4 next hops by ARP, IPv6 by ND;
+  // every worker resolves and learns, under neighbor_lock_.
   using ArpCache = NeighborCache<uint32_t>;
   using NdCache = NeighborCache<wire::Ipv6Addr>;
+  SpinLock neighbor_lock_;
   ArpCache arp_;
   NdCache nd_;
   bool has_ip6_ = false;
@@ -371,7 +435,7 @@ class Device : public transport::TransportEnv {
   uint32_t gateway_ = 0;
   uint32_t subnet_mask_ = 0;
   uint16_t vlan_tci_ = 0;  // 0: untagged
-  uint16_t ip_id_ = 0;     // IPv4 identification for ICMP replies
+  std::atomic<uint16_t> ip_id_{0};  // IPv4 identification for ICMP replies
 };
 
 }  // namespace droce::engine

@@ -20,7 +20,7 @@ constexpr uint8_t kIcmpEchoRequest = 8;
 
 }  // namespace
 
-bool Device::HandleLocal(const uint8_t* f, size_t len) {
+bool Device::HandleLocal(Worker& w, const uint8_t* f, size_t len) {
   if (len < wire::kEthLen) return false;
   unsigned l3 = wire::kEthLen;
   uint16_t type = wire::load_be16(f + 12);
@@ -31,18 +31,18 @@ bool Device::HandleLocal(const uint8_t* f, size_t len) {
   }
   if (type == wire::kEtherTypeIpv4) {
     if (len < l3 + wire::kIpv4Len || f[l3 + 9] != kIpProtoIcmp) return false;
-    HandleIcmp4(f, len, l3);
+    HandleIcmp4(w, f, len, l3);
     return true;
   }
   if (type == wire::kEtherTypeIpv6) {
     if (len < l3 + wire::kIpv6Len || f[l3 + 6] != kIpProtoIcmp6) return false;
-    HandleIcmp6(f, len, l3);
+    HandleIcmp6(w, f, len, l3);
     return true;
   }
   return false;
 }
 
-void Device::HandleIcmp4(const uint8_t* f, size_t len, unsigned l3) {
+void Device::HandleIcmp4(Worker& w, const uint8_t* f, size_t len, unsigned l3) {
   const uint8_t* ip = f + l3;
   const unsigned hl = (ip[0] & 0xF) * 4u;
   if ((ip[0] >> 4) != 4 || hl < wire::kIpv4Len || len < l3 + hl) return;
@@ -60,7 +60,7 @@ void Device::HandleIcmp4(const uint8_t* f, size_t len, unsigned l3) {
   // request's IP options, with the request's identifier, sequence and data.
   const uint32_t frame_len = std::max<uint32_t>(wire::kEthLen + wire::kIpv4Len + icmp_len, 60);
   transport::TxFrame out;
-  if (!AllocFrame(frame_len, &out)) return;
+  if (!w.AllocFrame(frame_len, &out)) return;
   uint8_t* p = out.data;
   std::memset(p, 0, frame_len);
   std::memcpy(p, f + 6, 6);
@@ -70,7 +70,7 @@ void Device::HandleIcmp4(const uint8_t* f, size_t len, unsigned l3) {
   oip[0] = 0x45;
   oip[1] = ip[1];  // same TOS
   wire::store_be16(oip + 2, static_cast<uint16_t>(wire::kIpv4Len + icmp_len));
-  wire::store_be16(oip + 4, ip_id_++);
+  wire::store_be16(oip + 4, ip_id_.fetch_add(1, std::memory_order_relaxed));
   wire::store_be16(oip + 6, 0);
   oip[8] = 64;
   oip[9] = kIpProtoIcmp;
@@ -82,7 +82,7 @@ void Device::HandleIcmp4(const uint8_t* f, size_t len, unsigned l3) {
   oicmp[0] = kIcmpEchoReply;
   wire::store_be16(oicmp + 2, 0);
   wire::store_be16(oicmp + 2, inet_checksum(oicmp, icmp_len));
-  SendFrame(out, frame_len);
+  w.SendFrame(out, frame_len);
 }
 
 }  // namespace droce::engine

@@ -9,6 +9,7 @@
 // re-probed with unicast solicitations and dropped if they go unanswered.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include <rte_mbuf.h>
 
@@ -71,10 +72,10 @@ wire::MacAddr multicast_mac(const wire::Ipv6Addr& a) {
 
 }  // namespace
 
-void Device::SendNeighborAdvert(const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited) {
+void Device::SendNeighborAdvert(Worker& w, const wire::MacAddr& dmac, const wire::Ipv6Addr& dip, bool solicited) {
   const uint32_t frame_len = wire::kEthLen + wire::kIpv6Len + kNdLen;
   transport::TxFrame out;
-  if (!AllocFrame(frame_len, &out)) return;
+  if (!w.AllocFrame(frame_len, &out)) return;
   std::memset(out.data, 0, frame_len);
   uint8_t* icmp = write_ip6(out.data, dmac, port_.mac, ip6_.data(), dip.data(), kNdLen, 255);
   icmp[0] = kNeighborAdvert;
@@ -84,10 +85,10 @@ void Device::SendNeighborAdvert(const wire::MacAddr& dmac, const wire::Ipv6Addr&
   icmp[25] = 1;  // in units of 8 bytes
   std::memcpy(icmp + 26, port_.mac.data(), 6);
   finish_icmp6(icmp, ip6_.data(), dip.data(), kNdLen);
-  SendFrame(out, frame_len);
+  w.SendFrame(out, frame_len);
 }
 
-void Device::SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAddr* unicast) {
+void Device::SendNeighborSolicit(Worker& w, const wire::Ipv6Addr& target, const wire::MacAddr* unicast) {
   // Multicast to the target's solicited-node group, or a unicast probe.
   wire::Ipv6Addr dip = target;
   if (unicast == nullptr) {
@@ -96,7 +97,7 @@ void Device::SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAd
   const wire::MacAddr dmac = unicast != nullptr ? *unicast : multicast_mac(dip);
   const uint32_t frame_len = wire::kEthLen + wire::kIpv6Len + kNdLen;
   transport::TxFrame out;
-  if (!AllocFrame(frame_len, &out)) return;
+  if (!w.AllocFrame(frame_len, &out)) return;
   std::memset(out.data, 0, frame_len);
   uint8_t* icmp = write_ip6(out.data, dmac, port_.mac, ip6_.data(), dip.data(), kNdLen, 255);
   icmp[0] = kNeighborSolicit;
@@ -105,29 +106,39 @@ void Device::SendNeighborSolicit(const wire::Ipv6Addr& target, const wire::MacAd
   icmp[25] = 1;
   std::memcpy(icmp + 26, port_.mac.data(), 6);
   finish_icmp6(icmp, ip6_.data(), dip.data(), kNdLen);
-  SendFrame(out, frame_len);
+  w.SendFrame(out, frame_len);
 }
 
-bool Device::ResolveMac6(const wire::Ipv6Addr& dip, wire::MacAddr* mac) {
+bool Device::ResolveMac6(Worker& w, const wire::Ipv6Addr& dip, wire::MacAddr* mac) {
   if (!has_ip6_) return false;
   if (dip == ip6_) {
     *mac = port_.mac;
     return true;
   }
-  const auto r = nd_.Resolve(dip, NowNs());
-  if (r.request == NdCache::Request::kUnicastProbe) SendNeighborSolicit(dip, &r.mac);
-  else if (r.request == NdCache::Request::kBroadcast) SendNeighborSolicit(dip, nullptr);
+  NdCache::Lookup r;
+  {
+    std::lock_guard<SpinLock> l(neighbor_lock_);
+    r = nd_.Resolve(dip, NowNs());
+  }
+  if (r.request == NdCache::Request::kUnicastProbe) SendNeighborSolicit(w, dip, &r.mac);
+  else if (r.request == NdCache::Request::kBroadcast) SendNeighborSolicit(w, dip, nullptr);
   if (r.resolved) *mac = r.mac;
   return r.resolved;
 }
 
-void Device::LearnNeighbor6(const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create) {
+void Device::LearnNeighbor6(Worker& w, const wire::Ipv6Addr& ip, const wire::MacAddr& mac, bool create) {
   // Not our own address, no multicast or unspecified source.
   if (ip == ip6_ || ip[0] == 0xFF || is_unspecified(ip.data())) return;
-  if (nd_.Confirm(ip, mac, last_timer_ns_ != 0 ? last_timer_ns_ : NowNs(), create)) ActivateAllQps();
+  const uint64_t now = w.last_timer_ns != 0 ? w.last_timer_ns : NowNs();
+  bool changed;
+  {
+    std::lock_guard<SpinLock> l(neighbor_lock_);
+    changed = nd_.Confirm(ip, mac, now, create);
+  }
+  if (changed) ActivateAllQps(w);
 }
 
-void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
+void Device::HandleIcmp6(Worker& w, const uint8_t* f, size_t len, unsigned l3) {
   if (!has_ip6_) return;
   const uint8_t* ip = f + l3;
   if ((ip[0] >> 4) != 6) return;
@@ -147,13 +158,13 @@ void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
     if (std::memcmp(dst, ip6_.data(), 16) != 0) return;  // no multicast echo
     const uint32_t frame_len = std::max<uint32_t>(wire::kEthLen + wire::kIpv6Len + plen, 60);
     transport::TxFrame out;
-    if (!AllocFrame(frame_len, &out)) return;
+    if (!w.AllocFrame(frame_len, &out)) return;
     std::memset(out.data, 0, frame_len);
     uint8_t* oicmp = write_ip6(out.data, smac, port_.mac, ip6_.data(), src, plen, 64);
     std::memcpy(oicmp, icmp, plen);
     oicmp[0] = kEchoReply;
     finish_icmp6(oicmp, ip6_.data(), src, plen);
-    SendFrame(out, frame_len);
+    w.SendFrame(out, frame_len);
     return;
   }
   if (type != kNeighborSolicit && type != kNeighborAdvert) return;
@@ -174,19 +185,19 @@ void Device::HandleIcmp6(const uint8_t* f, size_t len, unsigned l3) {
     if (mac == nullptr) return;
     wire::MacAddr m;
     std::memcpy(m.data(), mac, 6);
-    LearnNeighbor6(ip6, m, create);
+    LearnNeighbor6(w, ip6, m, create);
   };
   if (type == kNeighborSolicit) {
     if (std::memcmp(target, ip6_.data(), 16) != 0) return;
     if (is_unspecified(src)) {
       // Duplicate address detection by someone else: defend the address.
-      SendNeighborAdvert(multicast_mac(kAllNodes), kAllNodes, false);
+      SendNeighborAdvert(w, multicast_mac(kAllNodes), kAllNodes, false);
       return;
     }
     learn(sip, ll, /*create=*/true);
     wire::MacAddr to = smac;
     if (ll != nullptr) std::memcpy(to.data(), ll, 6);
-    SendNeighborAdvert(to, sip, true);
+    SendNeighborAdvert(w, to, sip, true);
     return;
   }
   // An advertisement updates an entry we have (a solicited one completes the

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string>
 
 #include "common/log.h"
 #include "engine/device.h"
@@ -32,15 +33,15 @@ void Device::RaiseDeviceEvent(int event_type) {
   for (EventSink* s : device_sinks_) s->DeviceEvent(event_type);
 }
 
-void Device::PollLinkState() {
-  const uint64_t now = last_timer_ns_;
+void Device::PollLinkState(Worker& w) {
+  const uint64_t now = w.last_timer_ns;
   if (dead() || now - last_link_poll_ns_ < kLinkPollNs) return;
   last_link_poll_ns_ = now;
   using LinkState = io::DpdkPort::LinkState;
   const LinkState s = dpdk_.PollLink();
   if (s == LinkState::kUnknown) return;
   if (s == LinkState::kGone) {
-    EnterFatal("the link's kernel interface is gone");
+    w.exclusive.push_back([this] { EnterFatal("the link's kernel interface is gone"); });
     return;
   }
   const bool up = s == LinkState::kUp;
@@ -48,7 +49,7 @@ void Device::PollLinkState() {
   const bool active = up || !link_seen_up_;
   if (active == port_active()) return;
   port_active_.store(active, std::memory_order_relaxed);
-  if (!active) ++stats_.link_downed;
+  if (!active) ++w.stats.link_downed;
   Log(active ? LogLevel::kInfo : LogLevel::kWarning, "%s: link %s", port_.name.c_str(), active ? "up" : "down");
   RaiseDeviceEvent(active ? kEventPortActive : kEventPortErr);
 }
@@ -59,8 +60,10 @@ void Device::EnterFatal(const char* why) {
   dead_.store(true, std::memory_order_release);
   port_active_.store(false, std::memory_order_relaxed);
   // What the link holds or was about to take is gone with it.
-  for (rte_mbuf* m : tx_) rte_pktmbuf_free(m);
-  tx_.clear();
+  for (auto& w : workers_) {
+    for (rte_mbuf* m : w->tx) rte_pktmbuf_free(m);
+    w->tx.clear();
+  }
   RaiseDeviceEvent(kEventDeviceFatal);
   transport::QpAttr err;
   err.state = transport::QpState::kErr;
@@ -70,13 +73,14 @@ void Device::EnterFatal(const char* why) {
   }
 }
 
-bool Device::PollOnceGuarded() {
+bool Device::PollOnceGuarded(Worker& w) {
+  // The device dies with every worker stopped, after this turn (DriveLocked).
   try {
-    return PollOnce();
+    return PollOnce(w);
   } catch (const std::exception& ex) {
-    EnterFatal(ex.what());
+    w.exclusive.push_back([this, why = std::string(ex.what())] { EnterFatal(why.c_str()); });
   } catch (...) {
-    EnterFatal("unknown exception");
+    w.exclusive.push_back([this] { EnterFatal("unknown exception"); });
   }
   return false;
 }

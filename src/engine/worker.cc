@@ -1,6 +1,6 @@
-// The per-lcore poll loop: mailbox check (one load) → doorbells → rx burst →
-// classify → transport → send work → timers → one tx flush. Backs off when
-// idle so that two droce processes share a 2-core machine.
+// The per-worker poll loop: doorbells → rx burst → frames handed over by
+// other workers → classify → transport → send work → timers → one tx flush.
+// Backs off when idle so that two droce processes share a 2-core machine.
 #include <linux/futex.h>
 #include <sched.h>
 #include <sys/syscall.h>
@@ -11,6 +11,7 @@
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_pause.h>
+#include <rte_ring.h>
 
 #include "engine/device.h"
 #include "wire/bytes.h"
@@ -42,157 +43,184 @@ constexpr long kAppNapNs = 1'000'000;
 
 }  // namespace
 
-// Progress: whoever holds drive_lock_ runs the loop body. The worker thread
-// drives unless an application thread is driving from ibv_poll_cq or
-// ibv_post_* (Device::TryDrive); then it steps aside and naps, so that on a
-// busy-polling application the engine runs on the application's own thread
-// with no hand-off between threads. Only one thread drives at a time, so the
-// worker-owned state still has exactly one owner at any moment; the lock's
-// acquire/release orders one driver's writes before the next driver's reads.
-void Device::Loop() {
+// Progress: whoever holds a worker's drive lock runs that worker's turn. The
+// worker's thread drives unless an application thread is driving from
+// ibv_poll_cq or ibv_post_* (Device::TryDrive); then it steps aside and naps,
+// so that on a busy-polling application the engine runs on the application's
+// own thread with no hand-off between threads. Only one thread drives a
+// worker at a time, so its state still has exactly one owner at any moment;
+// the lock's acquire/release orders one driver's writes before the next
+// driver's reads. A control call takes every drive lock (RunOnWorker); while
+// it waits (ctl_pending_), drivers step aside.
+void Device::Loop(Worker& w) {
   unsigned idle = 0;
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (ctl_pending_.load(std::memory_order_relaxed) != 0) {
+      sched_yield();
+      continue;
+    }
     const uint64_t now = NowNs();
     if (now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs ||
-        drive_lock_.exchange(true, std::memory_order_acquire)) {
-      Nap(kAppNapNs);  // an application thread is driving
+        w.drive_lock.exchange(true, std::memory_order_acquire)) {
+      Nap(w, kAppNapNs);  // an application thread is driving
       idle = 0;
       continue;
     }
-    const bool busy = PollOnceGuarded();
-    drive_lock_.store(false, std::memory_order_release);
-    if (busy) {
+    if (DriveLocked(w)) {
       idle = 0;
-      last_busy_ns_ = last_timer_ns_;
+      w.last_busy_ns = w.last_timer_ns;
     } else {
-      IdleBackoff(++idle);
+      IdleBackoff(w, ++idle);
     }
   }
 }
 
+bool Device::DriveLocked(Worker& w) {
+  const bool busy = PollOnceGuarded(w);
+  std::vector<std::function<void()>> exclusive;
+  if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
+  w.drive_lock.store(false, std::memory_order_release);
+  for (auto& fn : exclusive) RunOnWorker(std::move(fn));
+  return busy;
+}
+
 bool Device::TryDrive(bool polling) {
-  if (!app_progress_ || drive_lock_.load(std::memory_order_relaxed) ||
-      drive_lock_.exchange(true, std::memory_order_acquire)) {
-    return false;
+  if (!app_progress_) return false;
+  bool busy = false, drove = false;
+  for (auto& w : workers_) {
+    if (ctl_pending_.load(std::memory_order_relaxed) != 0 || w->drive_lock.load(std::memory_order_relaxed) ||
+        w->drive_lock.exchange(true, std::memory_order_acquire)) {
+      continue;
+    }
+    busy |= DriveLocked(*w);
+    drove = true;
   }
-  const bool busy = PollOnceGuarded();
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
-  // posting does not send the worker to sleep.
-  if (polling) last_app_drive_ns_.store(last_timer_ns_, std::memory_order_relaxed);
-  drive_lock_.store(false, std::memory_order_release);
+  // posting does not send the workers to sleep.
+  if (drove && polling) last_app_drive_ns_.store(workers_[0]->last_timer_ns, std::memory_order_relaxed);
   return busy;
+}
+
+void Device::Kick(const QpHandle& qp) {
+  Worker& w = *workers_[qp.worker];
+  if (app_progress_ && ctl_pending_.load(std::memory_order_relaxed) == 0 &&
+      !w.drive_lock.load(std::memory_order_relaxed) && !w.drive_lock.exchange(true, std::memory_order_acquire)) {
+    DriveLocked(w);
+    return;
+  }
+  Wake(w);
 }
 
 void Device::Handoff() {
   if (!app_progress_) return;
   last_app_drive_ns_.store(0, std::memory_order_relaxed);
-  wake_seq_.fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, &wake_seq_, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  for (auto& w : workers_) {
+    w->wake_seq.fetch_add(1, std::memory_order_release);
+    syscall(SYS_futex, &w->wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  }
 }
 
-void Device::Nap(long ns) {
-  const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
-  sleeping_.store(1, std::memory_order_relaxed);
+void Device::Nap(Worker& w, long ns) {
+  const uint32_t seq = w.wake_seq.load(std::memory_order_acquire);
+  w.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!mbox_pending_.load(std::memory_order_relaxed)) {
+  if (ctl_pending_.load(std::memory_order_relaxed) == 0) {
     timespec ts{0, ns};
-    syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+    syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
   }
-  sleeping_.store(0, std::memory_order_relaxed);
+  w.sleeping.store(0, std::memory_order_relaxed);
 }
 
-bool Device::PollOnce() {
+bool Device::PollOnce(Worker& w) {
   bool busy = false;
-  if (mbox_pending_.load(std::memory_order_acquire)) {
-    RunMailbox();
-    busy = true;
+  if (w.activate_all.load(std::memory_order_relaxed) && w.activate_all.exchange(false, std::memory_order_acquire)) {
+    ActivateOwnQps(w);
   }
-  if (doorbells_.MaybeNonEmpty()) {
-    HandleDoorbells();
+  if (w.doorbells.MaybeNonEmpty()) {
+    HandleDoorbells(w);
     busy = true;
   }
   rte_mbuf* rx[kRxBurst];
-  const uint16_t n = dead() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), 0, rx, kRxBurst);
+  uint16_t n = dead() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
-    HandleFrame(rx[i]);
+    HandleFrame(w, rx[i], /*handed=*/false);
   }
   busy |= n > 0;
+  if (w.inbox != nullptr) {
+    n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(w.inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
+    for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
+    busy |= n > 0;
+  }
   // Requesters with work. A QP leaves the list when it has nothing sendable.
-  for (size_t i = 0; i < active_.size();) {
-    QpEntry* e = active_[i];
+  for (size_t i = 0; i < w.active.size();) {
+    QpEntry* e = w.active[i];
     const bool more = e->qp->PollSend(kSendBudget);
     DeliverEvents(e);
     if (e->qp->HasOutstanding() && !e->timed) {
       e->timed = true;
-      timed_.push_back(e);
+      w.timed.push_back(e);
     }
     if (more) {
       busy = true;
       ++i;
     } else {
       e->active = false;
-      active_[i] = active_.back();
-      active_.pop_back();
+      w.active[i] = w.active.back();
+      w.active.pop_back();
     }
   }
-  if (!mcast_loop_.empty()) {
-    LoopBackMulticast();
+  if (!w.mcast_loop.empty()) {
+    LoopBackMulticast(w);
     busy = true;
   }
   const uint64_t now = NowNs();
-  if (now - last_timer_ns_ >= kTimerTickNs) {
-    last_timer_ns_ = now;
-    RunTimers(now);
+  if (now - w.last_timer_ns >= kTimerTickNs) {
+    w.last_timer_ns = now;
+    RunTimers(w, now);
   }
-  if (!tx_.empty()) {
-    FlushTx();
+  if (!w.tx.empty()) {
+    FlushTx(w);
     busy = true;
   }
+  // The workers handed frames this turn look at their inbox now.
+  for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
+  w.handoff_targets = 0;
   return busy;
 }
 
-void Device::IdleBackoff(unsigned idle) {
+void Device::IdleBackoff(Worker& w, unsigned idle) {
   if (idle < kSpinLoops) {
     rte_pause();
     return;
   }
-  if (last_timer_ns_ - last_busy_ns_ < kYieldWindowNs || !timed_.empty() || !active_.empty() ||
-      CqEventHeld()) {
+  if (w.last_timer_ns - w.last_busy_ns < kYieldWindowNs || !w.timed.empty() || !w.active.empty() ||
+      (w.index == 0 && CqEventHeld())) {
     sched_yield();
     return;
   }
   // Announce the sleep, then re-check for work (pairs with Wake()).
-  const uint32_t seq = wake_seq_.load(std::memory_order_acquire);
-  sleeping_.store(1, std::memory_order_relaxed);
+  const uint32_t seq = w.wake_seq.load(std::memory_order_acquire);
+  w.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!mbox_pending_.load(std::memory_order_relaxed) && !doorbells_.MaybeNonEmpty()) {
+  if (ctl_pending_.load(std::memory_order_relaxed) == 0 && !w.doorbells.MaybeNonEmpty() &&
+      !w.activate_all.load(std::memory_order_relaxed) && (w.inbox == nullptr || rte_ring_empty(w.inbox))) {
     timespec ts{0, kSleepNs};
-    syscall(SYS_futex, &wake_seq_, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+    syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
   }
-  sleeping_.store(0, std::memory_order_relaxed);
-  last_busy_ns_ = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
-}
-
-void Device::RunMailbox() {
-  std::deque<std::function<void()>> work;
-  {
-    std::lock_guard<std::mutex> l(mbox_mu_);
-    work.swap(mbox_);
-    mbox_pending_.store(false, std::memory_order_relaxed);
-  }
-  for (auto& fn : work) fn();
+  w.sleeping.store(0, std::memory_order_relaxed);
+  w.last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
 }
 
 void Device::Activate(QpEntry* e) {
   if (!e->active) {
     e->active = true;
-    active_.push_back(e);
+    e->owner->active.push_back(e);
   }
 }
 
-void Device::HandleDoorbells() {
+void Device::HandleDoorbells(Worker& w) {
   auto ring = [this](QpEntry* e) {
     // Clear the flag with an RMW so that it reads the provider's exchange and
     // its ring writes become visible (acquire); a doorbell rung after this
@@ -203,18 +231,22 @@ void Device::HandleDoorbells() {
     Activate(e);
   };
   uint32_t qpn;
-  while (doorbells_.Pop(&qpn)) {
+  while (w.doorbells.Pop(&qpn)) {
+    // A QPN rung before its QP was destroyed may name a new QP of another
+    // worker by now; that one's doorbells go to its own worker.
     auto it = qps_.find(qpn);
-    if (it != qps_.end()) ring(it->second.get());
+    if (it != qps_.end() && it->second->owner == &w) ring(it->second.get());
   }
-  if (doorbells_.TakeOverflow()) {
-    for (auto& [n, e] : qps_) ring(e.get());
+  if (w.doorbells.TakeOverflow()) {
+    for (auto& [n, e] : qps_) {
+      if (e->owner == &w) ring(e.get());
+    }
   }
 }
 
-void Device::RunTimers(uint64_t now) {
-  for (size_t i = 0; i < timed_.size();) {
-    QpEntry* e = timed_[i];
+void Device::RunTimers(Worker& w, uint64_t now) {
+  for (size_t i = 0; i < w.timed.size();) {
+    QpEntry* e = w.timed[i];
     e->qp->OnTimer(now);
     DeliverEvents(e);
     Activate(e);  // a timeout or RNR expiry may have made packets sendable
@@ -222,12 +254,14 @@ void Device::RunTimers(uint64_t now) {
       ++i;
     } else {
       e->timed = false;
-      timed_[i] = timed_.back();
-      timed_.pop_back();
+      w.timed[i] = w.timed.back();
+      w.timed.pop_back();
     }
   }
+  if (w.index != 0) return;
+  // Device-wide timers run on worker 0.
   for (cq::CqProducer* p : ticked_cqs_) p->Tick(now);
-  PollLinkState();
+  PollLinkState(w);
 }
 
 bool Device::CqEventHeld() const {
@@ -237,7 +271,7 @@ bool Device::CqEventHeld() const {
   return false;
 }
 
-void Device::HandleFrame(rte_mbuf* m) {
+void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   // Multi-segment frames (jumbo frames on memif) are linearised here; the
   // parser reads one contiguous buffer.
   alignas(64) static thread_local uint8_t scratch[9216 + 64];
@@ -248,22 +282,22 @@ void Device::HandleFrame(rte_mbuf* m) {
   } else if (len <= sizeof(scratch)) {
     f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch));
   } else {
-    ++stats_.malformed_pkts;
+    ++w.stats.malformed_pkts;
     rte_pktmbuf_free(m);
     return;
   }
-  if (len >= wire::kEthLen) {
+  if (len >= wire::kEthLen && !handed) {
     // links & addressing: frames of another VLAN are not ours; ARP; ICMP and
     // ND below, where the RoCE parser turns them away as not UDP.
     if (!VlanAccepts(m, f, len)) {
-      ++stats_.non_roce_drop;
+      ++w.stats.non_roce_drop;
       rte_pktmbuf_free(m);
       return;
     }
     uint16_t type = wire::load_be16(f + 12);
     if (type == wire::kEtherTypeVlan && len >= wire::kEthLen + wire::kVlanLen) type = wire::load_be16(f + 16);
     if (type == wire::kEtherTypeArp) {
-      HandleArp(f, len);
+      HandleArp(w, f, len);
       rte_pktmbuf_free(m);
       return;
     }
@@ -271,57 +305,91 @@ void Device::HandleFrame(rte_mbuf* m) {
   wire::PacketView v;
   const wire::ParseError err = wire::parse_frame({f, len}, &v);
   if (err != wire::ParseError::kOk) {
-    if (err == wire::ParseError::kNotUdp && HandleLocal(f, len)) {
+    if (err == wire::ParseError::kNotUdp && HandleLocal(w, f, len)) {
       rte_pktmbuf_free(m);
       return;
     }
-    if (err == wire::ParseError::kBadIcrc) ++stats_.icrc_err;
+    if (err == wire::ParseError::kBadIcrc) ++w.stats.icrc_err;
     else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
              err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
-             err == wire::ParseError::kIpFragment) ++stats_.non_roce_drop;
-    else ++stats_.malformed_pkts;
+             err == wire::ParseError::kIpFragment) ++w.stats.non_roce_drop;
+    else ++w.stats.malformed_pkts;
     rte_pktmbuf_free(m);
     return;
   }
   // dip6 is the IPv4-mapped address for IPv4 packets.
   if (wire::gid_is_multicast(v.dip6.data())) {
-    HandleMulticast(v);
+    HandleMulticast(w, v, m, handed);
     rte_pktmbuf_free(m);
     return;
   }
   const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
   if (!for_port) {
-    ++stats_.non_roce_drop;
+    ++w.stats.non_roce_drop;
     rte_pktmbuf_free(m);
     return;
   }
   auto it = qps_.find(v.bth.dqpn);
-  if (it == qps_.end()) {
-    ++stats_.unknown_qp;
+  // A handed frame whose QP changed owners meanwhile (destroyed, its QPN
+  // reused) is not passed on again.
+  if (it == qps_.end() || (handed && it->second->owner != &w)) {
+    ++w.stats.unknown_qp;
     rte_pktmbuf_free(m);
     return;
   }
-  LearnSender(v);
-  DeliverPacket(it->second.get(), v);
+  if (!handed) LearnSender(w, v);
+  QpEntry* e = it->second.get();
+  if (e->owner != &w) {
+    HandOff(w, *e->owner, m);
+    return;
+  }
+  DeliverPacket(e, v);
   rte_pktmbuf_free(m);
+}
+
+void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
+  // A full inbox is a loss on the wire as far as the peers can tell: RC
+  // retransmits, UC and UD drop the message.
+  if (rte_ring_mp_enqueue(to.inbox, m) != 0) {
+    ++from.stats.handoff_drop;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  ++from.stats.handoff_pkts;
+  from.handoff_targets |= 1u << to.index;
 }
 
 // Multicast (UD only): the group is the destination address, and each
 // attached QP gets the packet as if it had been addressed to it alone, with
 // its own state, Q_Key and receive-queue checks (as rxe_rcv_mcast_pkt).
-void Device::HandleMulticast(const wire::PacketView& v) {
+// Members owned by other workers get a copy of the frame each worker.
+void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed) {
   const std::vector<uint32_t>* members = nullptr;
   switch (mcast_.Route(v, &members)) {
-    case McastGroups::Verdict::kNotMulticastUd: ++stats_.mcast_bad_drop; return;
-    case McastGroups::Verdict::kNoGroup: ++stats_.mcast_no_group_drop; return;
+    case McastGroups::Verdict::kNotMulticastUd: ++w.stats.mcast_bad_drop; return;
+    case McastGroups::Verdict::kNoGroup: ++w.stats.mcast_no_group_drop; return;
     case McastGroups::Verdict::kDeliver: break;
   }
-  ++stats_.mcast_rcvd_pkts;
-  if (v.smac != port_.mac) LearnSender(v);  // not from our own sends
+  if (!handed) {
+    ++w.stats.mcast_rcvd_pkts;
+    if (v.smac != port_.mac) LearnSender(w, v);  // not from our own sends
+  }
   // Delivering raises no control call, so the member list cannot change
   // while it is walked.
+  uint32_t others = 0;
   for (uint32_t qpn : *members) {
-    if (auto it = qps_.find(qpn); it != qps_.end()) DeliverPacket(it->second.get(), v);
+    auto it = qps_.find(qpn);
+    if (it == qps_.end()) continue;
+    if (it->second->owner == &w) DeliverPacket(it->second.get(), v);
+    else others |= 1u << it->second->owner->index;
+  }
+  if (handed) return;
+  for (; others != 0; others &= others - 1) {
+    if (rte_mbuf* c = rte_pktmbuf_copy(m, dpdk_.pool(), 0, UINT32_MAX); c != nullptr) {
+      HandOff(w, *workers_[__builtin_ctz(others)], c);
+    } else {
+      ++w.stats.handoff_drop;
+    }
   }
 }
 
@@ -330,27 +398,27 @@ void Device::HandleMulticast(const wire::PacketView& v) {
 // returns every frame anyway, other links do not. The copies are delivered
 // after the loop turn's sends, never from inside the sending QP; a group
 // with no member here is no drop to count.
-void Device::LoopBackMulticast() {
-  for (rte_mbuf* m : mcast_loop_) {
+void Device::LoopBackMulticast(Worker& w) {
+  for (rte_mbuf* m : w.mcast_loop) {
     wire::PacketView v;
     const std::vector<uint32_t>* members = nullptr;
     if (m->nb_segs == 1 &&
         wire::parse_frame({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, &v) ==
             wire::ParseError::kOk &&
         wire::gid_is_multicast(v.dip6.data()) && mcast_.Route(v, &members) == McastGroups::Verdict::kDeliver) {
-      HandleMulticast(v);
+      HandleMulticast(w, v, m, /*handed=*/false);
     }
     rte_pktmbuf_free(m);
   }
-  mcast_loop_.clear();
+  w.mcast_loop.clear();
 }
 
-void Device::LearnSender(const wire::PacketView& v) {
+void Device::LearnSender(Worker& w, const wire::PacketView& v) {
   // Learn the peer's MAC from its traffic: replies need no ARP or ND round
   // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
   // instead; IPv6 destinations are all on the link).
-  if (v.ipv6) LearnNeighbor6(v.sip6, v.smac, /*create=*/true);
-  else if (NextHop(v.sip) == v.sip) LearnNeighbor(v.sip, v.smac, /*create=*/true);
+  if (v.ipv6) LearnNeighbor6(w, v.sip6, v.smac, /*create=*/true);
+  else if (NextHop(v.sip) == v.sip) LearnNeighbor(w, v.sip, v.smac, /*create=*/true);
 }
 
 void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
@@ -361,15 +429,21 @@ void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   if ((v.info->mask & wire::kMaskResponse) || e->qp->HasResponses()) Activate(e);
   if (e->qp->HasOutstanding() && !e->timed) {
     e->timed = true;
-    timed_.push_back(e);
+    e->owner->timed.push_back(e);
   }
 }
 
-bool Device::AllocFrame(uint32_t len, transport::TxFrame* f) {
+uint64_t Worker::NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
+}
+
+bool Worker::AllocFrame(uint32_t len, transport::TxFrame* f) {
   // Back-pressure: while the link refuses frames, stop producing new ones;
   // the transport tries again on a later loop turn instead of losing them.
-  if (len > dpdk_.data_room() || tx_.size() >= kTxHighWater || dead()) return false;
-  rte_mbuf* m = rte_pktmbuf_alloc(dpdk_.pool());
+  if (len > dev->dpdk_.data_room() || tx.size() >= kTxHighWater || dev->dead()) return false;
+  rte_mbuf* m = rte_pktmbuf_alloc(dev->dpdk_.pool());
   if (m == nullptr) return false;
   f->data = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
   if (f->data == nullptr) {
@@ -381,7 +455,7 @@ bool Device::AllocFrame(uint32_t len, transport::TxFrame* f) {
   return true;
 }
 
-void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
+void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   auto* m = static_cast<rte_mbuf*>(f.handle);
   if (len == 0) {
     rte_pktmbuf_free(m);
@@ -392,22 +466,27 @@ void Device::SendFrame(const transport::TxFrame& f, uint32_t len) {
   // keep a copy, untagged, for LoopBackMulticast.
   const bool group_mac = (f.data[0] == 0x01 && f.data[1] == 0x00 && f.data[2] == 0x5E) ||
                          (f.data[0] == 0x33 && f.data[1] == 0x33);
-  if (group_mac && !link_loops_back_ && mcast_.groups() != 0) {
-    if (rte_mbuf* c = rte_pktmbuf_copy(m, dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop_.push_back(c);
+  if (group_mac && !dev->link_loops_back_ && dev->mcast_.groups() != 0) {
+    if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop.push_back(c);
   }
-  TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
-  tx_.push_back(m);
-  if (tx_.size() >= kTxBurst) FlushTx();
+  dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
+  tx.push_back(m);
+  if (tx.size() >= kTxBurst) dev->FlushTx(*this);
 }
 
-void Device::FlushTx() {
-  const uint16_t n = static_cast<uint16_t>(std::min<size_t>(tx_.size(), UINT16_MAX));
+bool Worker::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) { return dev->ResolveMac(*this, dgid, mac); }
+mem::MrTable& Worker::Mrs() { return dev->mrs_; }
+bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->InvalidateRkey(rkey, pd); }
+const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
+
+void Device::FlushTx(Worker& w) {
+  const uint16_t n = static_cast<uint16_t>(std::min<size_t>(w.tx.size(), UINT16_MAX));
   uint16_t done = 0;
   for (int tries = 0; done < n && tries < 4; ++tries) {
-    done += rte_eth_tx_burst(dpdk_.port_id(), 0, tx_.data() + done, n - done);
+    done += rte_eth_tx_burst(dpdk_.port_id(), w.index, w.tx.data() + done, n - done);
   }
   // What the link did not take stays queued, in order, for the next turn.
-  tx_.erase(tx_.begin(), tx_.begin() + done);
+  w.tx.erase(w.tx.begin(), w.tx.begin() + done);
 }
 
 }  // namespace droce::engine

@@ -220,6 +220,10 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
     // the devargs ask for it.
     vdev_params += vdev_params.empty() ? "busy_budget=0" : ",busy_budget=0";
   }
+  if (name.rfind("net_af_packet", 0) == 0 && opts.queues > 1 && devarg_value(params, "qpairs").empty()) {
+    // af_packet makes one socket per queue pair, and only as many as asked.
+    vdev_params += absl::StrCat(vdev_params.empty() ? "" : ",", "qpairs=", opts.queues);
+  }
   if (name.rfind("net_", 0) == 0 || name.rfind("eth_", 0) == 0) {
     if (int rc = rte_vdev_init(name.c_str(), vdev_params.c_str()); rc != 0) {
       return absl::InvalidArgumentError(
@@ -239,6 +243,12 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
     return absl::InternalError(absl::StrCat("dev_info: ", rte_strerror(-rc)));
   }
   driver_ = info.driver_name != nullptr ? info.driver_name : "";
+  if (info.max_rx_queues < opts.queues || info.max_tx_queues < opts.queues) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "link '", devargs, "': ", opts.queues, " workers need as many rx and tx queues, and the port (driver ",
+        driver_, ") has ", info.max_rx_queues, " rx and ", info.max_tx_queues,
+        " tx (af_xdp: queue_count=N on an interface with N queues; see docs/CONFIG.md)"));
+  }
   uint16_t room = opts.mbuf_data_room;
   if (driver_ == "net_af_xdp") {
     // The PMD hands the mbufs themselves to the kernel as AF_XDP frames, and
@@ -256,26 +266,30 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
   data_room_ = room;
   const std::string pool_name = absl::StrCat("droce_pool_", port_id_);
   const uint16_t buf_size = static_cast<uint16_t>(data_room_ + RTE_PKTMBUF_HEADROOM);
-  pool_ = driver_ == "net_af_xdp" ? create_packed_pool(pool_name, opts.nb_mbufs, buf_size)
-                                  : rte_pktmbuf_pool_create(pool_name.c_str(), opts.nb_mbufs, 256, 0, buf_size,
+  // Every further queue pair holds up to 2048 more mbufs in its descriptors.
+  const uint32_t nb_mbufs = opts.nb_mbufs + (opts.queues - 1u) * 2048u;
+  pool_ = driver_ == "net_af_xdp" ? create_packed_pool(pool_name, nb_mbufs, buf_size)
+                                  : rte_pktmbuf_pool_create(pool_name.c_str(), nb_mbufs, 256, 0, buf_size,
                                                             SOCKET_ID_ANY);
   if (pool_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("mbuf pool: ", rte_strerror(rte_errno)));
   }
   rte_eth_conf conf{};
-  if (int rc = rte_eth_dev_configure(port_id_, 1, 1, &conf); rc != 0) {
+  if (int rc = rte_eth_dev_configure(port_id_, opts.queues, opts.queues, &conf); rc != 0) {
     return absl::InternalError(absl::StrCat("configure: ", rte_strerror(-rc)));
   }
   uint16_t nrx = opts.rx_desc, ntx = opts.tx_desc;
   rte_eth_dev_adjust_nb_rx_tx_desc(port_id_, &nrx, &ntx);
   const int socket = rte_eth_dev_socket_id(port_id_);
-  if (int rc = rte_eth_rx_queue_setup(port_id_, 0, nrx, socket < 0 ? SOCKET_ID_ANY : socket, nullptr, pool_);
-      rc != 0) {
-    return absl::InternalError(absl::StrCat("rx queue: ", rte_strerror(-rc)));
-  }
-  if (int rc = rte_eth_tx_queue_setup(port_id_, 0, ntx, socket < 0 ? SOCKET_ID_ANY : socket, nullptr);
-      rc != 0) {
-    return absl::InternalError(absl::StrCat("tx queue: ", rte_strerror(-rc)));
+  for (uint16_t q = 0; q < opts.queues; ++q) {
+    if (int rc = rte_eth_rx_queue_setup(port_id_, q, nrx, socket < 0 ? SOCKET_ID_ANY : socket, nullptr, pool_);
+        rc != 0) {
+      return absl::InternalError(absl::StrCat("rx queue ", q, ": ", rte_strerror(-rc)));
+    }
+    if (int rc = rte_eth_tx_queue_setup(port_id_, q, ntx, socket < 0 ? SOCKET_ID_ANY : socket, nullptr);
+        rc != 0) {
+      return absl::InternalError(absl::StrCat("tx queue ", q, ": ", rte_strerror(-rc)));
+    }
   }
   if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
     return absl::InternalError(absl::StrCat("start: ", rte_strerror(-rc)));

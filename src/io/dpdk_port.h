@@ -1,6 +1,6 @@
 // The packet-I/O seam on DPDK: EAL bring-up (hugepages when the machine has
-// them, anonymous memory otherwise), one mbuf pool and one port with a single
-// rx/tx queue pair. Cold code only; the burst calls are inline DPDK functions
+// them, anonymous memory otherwise), one mbuf pool and one port with an
+// rx/tx queue pair per worker. Cold code only; the burst calls are inline DPDK functions
 // used directly by the worker loop.
 #pragma once
 
@@ -46,6 +46,9 @@ struct PortOptions {
   uint16_t mbuf_data_room = 4096 + 256;  // fits a 4096-byte path MTU frame
   uint32_t nb_mbufs = 8191;
   uint16_t rx_desc = 1024, tx_desc = 1024;
+  // rx/tx queue pairs, one per worker (af_packet gets qpairs=N unless the
+  // devargs set it).
+  uint16_t queues = 1;
 };
 
 class DpdkPort {

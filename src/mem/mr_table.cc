@@ -1,5 +1,7 @@
 #include "mem/mr_table.h"
 
+#include <mutex>
+
 namespace droce::mem {
 
 absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
@@ -38,6 +40,7 @@ bool MrTable::DeallocMw(uint32_t rkey) { return mws_.erase(rkey >> 8) == 1; }
 
 BindError MrTable::Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_t qpn, uint32_t mr_key,
                         uint64_t iova, uint64_t length, uint32_t access) {
+  std::lock_guard<SpinLock> l(mw_lock_);
   auto w = mws_.find(new_rkey >> 8);
   if (w == mws_.end() || w->second.type != type) return BindError::kBadMw;
   Mw& mw = w->second;
@@ -71,6 +74,7 @@ BindError MrTable::Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_
 }
 
 bool MrTable::Invalidate(uint32_t rkey, uint32_t pd) {
+  std::lock_guard<SpinLock> l(mw_lock_);
   auto w = mws_.find(rkey >> 8);
   if (w == mws_.end() || w->second.type != 2 || !w->second.bound || w->second.rkey != rkey ||
       w->second.pd != pd) {
@@ -92,6 +96,7 @@ AccessError MrTable::Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t le
   auto it = mrs_.find(key);
   if (it == mrs_.end()) {
     // A memory window: remote rights only, inside the window, then the MR.
+    std::lock_guard<SpinLock> l(mw_lock_);
     auto w = mws_.find(key >> 8);
     if (w == mws_.end() || !w->second.bound || w->second.rkey != key || need == 0 ||
         (need & kLocalWrite)) {

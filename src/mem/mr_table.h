@@ -1,6 +1,6 @@
-// Protection domains and memory regions as the engine sees them. Owned by the
-// worker thread: the control path changes them only through the worker's
-// mailbox, so lookups on the fast path take no lock and an MR that has been
+// Protection domains and memory regions as the engine sees them. The control
+// path changes them only while the device's workers are stopped, so MR
+// lookups on the fast path take no lock and an MR that has been
 // deregistered can never be touched afterwards.
 #pragma once
 
@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "common/spin_lock.h"
 
 namespace droce::mem {
 
@@ -48,8 +49,14 @@ struct Mw {
 
 enum class BindError : uint8_t { kOk = 0, kBadMw, kBadMr, kWrongPd, kNoBindRight, kOutOfBounds, kBadRkey };
 
+// Several worker threads of a device read the table at once; MRs and
+// windows are added and removed only while every worker is stopped (the
+// device's control calls), but windows are bound and invalidated by work
+// requests and SENDs on any worker, so window state is read and written
+// under the table's window lock (set_concurrent).
 class MrTable {
  public:
+  void set_concurrent(bool on) { mw_lock_.set_enabled(on); }
   absl::StatusOr<Mr> Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
                               uint32_t access);
   bool Deregister(uint32_t key);
@@ -83,6 +90,7 @@ class MrTable {
  private:
   absl::flat_hash_map<uint32_t, Mr> mrs_;
   absl::flat_hash_map<uint32_t, Mw> mws_;  // by index (rkey >> 8)
+  mutable SpinLock mw_lock_;
   uint32_t next_index_ = 1;
   uint8_t variant_ = 0;
 };

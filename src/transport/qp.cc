@@ -63,6 +63,7 @@ void Qp::ResetUdMtu() {
 }
 
 bool Srq::Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad) {
+  std::lock_guard<SpinLock> l(lock_);
   if (failed_) return false;
   const uint32_t prod = ring_.load_prod_acquire();
   if (prod == cons_) return false;

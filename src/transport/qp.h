@@ -6,9 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "common/counters.h"
+#include "common/spin_lock.h"
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
@@ -106,35 +109,48 @@ inline constexpr uint8_t kGidIndexIpv6 = 1;
 // worker consume (IBA 10.2.9). Owned by the worker.
 class Srq {
  public:
-  Srq(queue::Ring ring, uint32_t max_sge) : ring_(ring), max_sge_(max_sge) {}
+  // `shared`: QPs owned by several worker threads take from it; every
+  // member below then runs under the SRQ's lock.
+  Srq(queue::Ring ring, uint32_t max_sge, bool shared = false)
+      : ring_(ring), max_sge_(max_sge), lock_(shared) {}
   // Takes the next WQE into private memory; false if none is posted.
   bool Take(queue::RecvWqe* wqe, queue::Sge* sges, uint32_t max_sge, bool* bad);
   // Arms the limit event (IBV_SRQ_LIMIT): fires once when fewer than `limit`
   // WQEs remain.
-  void SetLimit(uint32_t limit) { limit_ = limit; }
-  uint32_t limit() const { return limit_; }
+  void SetLimit(uint32_t limit) {
+    std::lock_guard<SpinLock> l(lock_);
+    limit_ = limit;
+  }
+  uint32_t limit() {
+    std::lock_guard<SpinLock> l(lock_);
+    return limit_;
+  }
   uint32_t max_sge() const { return max_sge_; }
-  uint32_t posted() const { return ring_.load_prod_acquire() - cons_; }
+  uint32_t posted() {
+    std::lock_guard<SpinLock> l(lock_);
+    return ring_.load_prod_acquire() - cons_;
+  }
   // Set by Take when the limit fired; the engine raises the async event.
   bool TakeLimitEvent() {
-    bool f = limit_fired_;
-    limit_fired_ = false;
-    return f;
+    std::lock_guard<SpinLock> l(lock_);
+    return std::exchange(limit_fired_, false);
   }
-  void Flush() { cons_ = ring_.load_prod_acquire(); ring_.publish_cons(cons_); }
   // The ring was found corrupt (its producer index more than its capacity
   // ahead): the SRQ is in error for good and hands out no more WQEs. Set by
   // Take; the engine raises IBV_EVENT_SRQ_ERR once and fails the QPs on it.
-  bool failed() const { return failed_; }
+  bool failed() {
+    std::lock_guard<SpinLock> l(lock_);
+    return failed_;
+  }
   bool TakeErrorEvent() {
-    bool f = error_event_;
-    error_event_ = false;
-    return f;
+    std::lock_guard<SpinLock> l(lock_);
+    return std::exchange(error_event_, false);
   }
 
  private:
   queue::Ring ring_;
   uint32_t max_sge_;
+  SpinLock lock_;
   uint32_t cons_ = 0;
   uint32_t limit_ = 0;
   bool limit_fired_ = false;
