@@ -199,11 +199,17 @@ absl::Status Device::Setup(const Config& cfg) {
   }
   std::string cpus;
   for (int c : cfg.worker_cpus) absl::StrAppend(&cpus, cpus.empty() ? "" : ",", c);
-  Log(LogLevel::kInfo, "%s up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s%s, %d worker%s%s)",
+  std::string extra;
+  if (io::EalUsesHugepages()) extra += ", hugepages";
+  if (cfg.vlan != 0) absl::StrAppend(&extra, ", VLAN ", cfg.vlan);
+  if (cfg.workers > 1) absl::StrAppend(&extra, ", ", cfg.workers, " workers");
+  if (!cfg.worker_cpus.empty()) {
+    absl::StrAppend(&extra, cfg.workers > 1 ? ", workers on CPUs " : ", worker on CPU ");
+    for (size_t i = 0; i < cfg.worker_cpus.size(); ++i) absl::StrAppend(&extra, i ? "," : "", cfg.worker_cpus[i]);
+  }
+  Log(LogLevel::kInfo, "%s up: link %s (driver %s, MAC %02x:%02x:%02x:%02x:%02x:%02x, link MTU %u, active MTU %u%s)",
       port_.name.c_str(), po.devargs.c_str(), dpdk_.driver().c_str(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
-      port_.link_mtu, 128u << port_.active_mtu, io::EalUsesHugepages() ? ", hugepages" : "",
-      cfg.vlan != 0 ? absl::StrCat(", VLAN ", cfg.vlan).c_str() : "", cfg.workers, cfg.workers > 1 ? "s" : "",
-      !cpus.empty() ? absl::StrCat(cfg.workers > 1 ? " on CPUs " : " on CPU ", cpus).c_str() : "");
+      port_.link_mtu, 128u << port_.active_mtu, extra.c_str());
   return absl::OkStatus();
 }
 

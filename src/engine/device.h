@@ -296,7 +296,8 @@ class Device {
   void Loop(Worker& w);
   // One turn of w's loop by a thread that holds w's drive lock, which it
   // releases; then runs the work the turn left for all workers stopped.
-  bool DriveLocked(Worker& w);
+  // turn_ns, if given, gets the worker's last timer tick.
+  bool DriveLocked(Worker& w, uint64_t* turn_ns = nullptr);
   bool PollOnce(Worker& w);
   void HandleDoorbells(Worker& w);
   // `handed`: the frame was received by another worker and handed to w.

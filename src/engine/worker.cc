@@ -75,8 +75,9 @@ void Device::Loop(Worker& w) {
   }
 }
 
-bool Device::DriveLocked(Worker& w) {
+bool Device::DriveLocked(Worker& w, uint64_t* turn_ns) {
   const bool busy = PollOnceGuarded(w);
+  if (turn_ns != nullptr) *turn_ns = w.last_timer_ns;
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
   w.drive_lock.store(false, std::memory_order_release);
@@ -86,19 +87,19 @@ bool Device::DriveLocked(Worker& w) {
 
 bool Device::TryDrive(bool polling) {
   if (!app_progress_) return false;
-  bool busy = false, drove = false;
+  bool busy = false;
+  uint64_t turn_ns = 0;  // the last timer tick of a worker driven here
   for (auto& w : workers_) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0 || w->drive_lock.load(std::memory_order_relaxed) ||
         w->drive_lock.exchange(true, std::memory_order_acquire)) {
       continue;
     }
-    busy |= DriveLocked(*w);
-    drove = true;
+    busy |= DriveLocked(*w, &turn_ns);
   }
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
   // posting does not send the workers to sleep.
-  if (drove && polling) last_app_drive_ns_.store(workers_[0]->last_timer_ns, std::memory_order_relaxed);
+  if (turn_ns != 0 && polling) last_app_drive_ns_.store(turn_ns, std::memory_order_relaxed);
   return busy;
 }
 

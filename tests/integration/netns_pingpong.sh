@@ -102,7 +102,7 @@ describe() {
   esac
 }
 failed=$wire_failed
-if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -q "active MTU $DROCE_TEST_ACTIVE_MTU)" "$dir/server.log"; then
+if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -Eq "active MTU $DROCE_TEST_ACTIVE_MTU[,)]" "$dir/server.log"; then
   echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
   failed=1
 fi
