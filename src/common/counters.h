@@ -1,6 +1,6 @@
 // Datapath counters, per device and per QP (docs/COUNTERS.md). Plain fields
-// with one writer (the worker thread), copied out on the worker through its
-// mailbox. Names follow Linux rxe's hw counters where one exists.
+// with one writer (each worker has its own copy of the device's), copied out
+// by a control call while every worker is stopped. Names follow Linux rxe's hw counters where one exists.
 #pragma once
 
 #include <cstddef>
@@ -67,8 +67,8 @@ inline constexpr CounterInfo kCounterInfo[] = {
 // Per-QP counters: the device counters that count one QP's events, with the
 // same names and meanings (docs/COUNTERS.md). The transport counts each event
 // in its QP and in the device (Qp::Count). The QP's worker is their only
-// writer, and they are read on the worker too (through its mailbox), so they
-// are plain fields.
+// writer, and they are read by a control call while every worker is stopped,
+// so they are plain fields.
 #define DROCE_QP_COUNTERS(X) \
   X(sent_pkts)               \
   X(rcvd_pkts)               \
