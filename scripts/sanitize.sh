@@ -53,9 +53,9 @@ run_asan() {
 run_tsan() {
   local dir=$parent/tsan
   configure "$dir" -Db_sanitize=thread -Db_lundef=false
-  ninja -C "$dir" -j "$jobs" tests/unit/cq_test tests/unit/ring_test tests/unit/doorbell_test
+  ninja -C "$dir" -j "$jobs" tests/unit/cq_test tests/unit/ring_test tests/unit/doorbell_test tests/unit/shared_queues_test
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    meson test -C "$dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 cq ring doorbell
+    meson test -C "$dir" --no-rebuild --print-errorlogs --timeout-multiplier 4 cq ring doorbell shared_queues
 }
 
 case "$which" in

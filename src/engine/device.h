@@ -162,7 +162,6 @@ struct Worker final : transport::TransportEnv {
   std::vector<rte_mbuf*> mcast_loop;
   Counters stats;
   uint64_t last_timer_ns = 0;
-  uint64_t last_busy_ns = 0;
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
   uint32_t qps = 0;              // QPs owned (guarded by the control path)
   // Work found during a turn that touches other workers' QPs (an SRQ error,
@@ -294,10 +293,14 @@ class Device {
 
   // worker.cc
   void Loop(Worker& w);
+  // What a driver learns from a turn, for after it released the lock.
+  struct Turn {
+    uint64_t timer_ns = 0;  // the worker's last timer tick
+    bool pending = false;   // QPs with work or awaiting ACKs, or a held CQ event
+  };
   // One turn of w's loop by a thread that holds w's drive lock, which it
   // releases; then runs the work the turn left for all workers stopped.
-  // turn_ns, if given, gets the worker's last timer tick.
-  bool DriveLocked(Worker& w, uint64_t* turn_ns = nullptr);
+  bool DriveLocked(Worker& w, Turn* turn = nullptr);
   bool PollOnce(Worker& w);
   void HandleDoorbells(Worker& w);
   // `handed`: the frame was received by another worker and handed to w.
@@ -328,7 +331,8 @@ class Device {
   bool PollOnceGuarded(Worker& w);
   // Whether a CQ holds back a moderated event (worker 0 must not sleep).
   bool CqEventHeld() const;
-  void IdleBackoff(Worker& w, unsigned idle_loops);
+  // Spin, yield or sleep after an idle turn (without w's drive lock).
+  void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
   void Nap(Worker& w, long ns);
   void DeliverEvents(QpEntry* e);
   // An SRQ went to error: every QP on it goes to error (all workers stopped).

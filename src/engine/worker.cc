@@ -54,6 +54,8 @@ constexpr long kAppNapNs = 1'000'000;
 // it waits (ctl_pending_), drivers step aside.
 void Device::Loop(Worker& w) {
   unsigned idle = 0;
+  uint64_t last_busy_ns = 0;
+  Turn turn;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0) {
       sched_yield();
@@ -66,18 +68,23 @@ void Device::Loop(Worker& w) {
       idle = 0;
       continue;
     }
-    if (DriveLocked(w)) {
+    if (DriveLocked(w, &turn)) {
       idle = 0;
-      w.last_busy_ns = w.last_timer_ns;
+      last_busy_ns = turn.timer_ns;
     } else {
-      IdleBackoff(w, ++idle);
+      IdleBackoff(w, ++idle, turn, &last_busy_ns);
     }
   }
 }
 
-bool Device::DriveLocked(Worker& w, uint64_t* turn_ns) {
+bool Device::DriveLocked(Worker& w, Turn* turn) {
   const bool busy = PollOnceGuarded(w);
-  if (turn_ns != nullptr) *turn_ns = w.last_timer_ns;
+  if (turn != nullptr) {
+    // What the thread needs to decide whether to sleep, read while the
+    // worker's state is still its own.
+    turn->timer_ns = w.last_timer_ns;
+    turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld());
+  }
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
   w.drive_lock.store(false, std::memory_order_release);
@@ -88,18 +95,18 @@ bool Device::DriveLocked(Worker& w, uint64_t* turn_ns) {
 bool Device::TryDrive(bool polling) {
   if (!app_progress_) return false;
   bool busy = false;
-  uint64_t turn_ns = 0;  // the last timer tick of a worker driven here
+  Turn turn;  // of the last worker driven here
   for (auto& w : workers_) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0 || w->drive_lock.load(std::memory_order_relaxed) ||
         w->drive_lock.exchange(true, std::memory_order_acquire)) {
       continue;
     }
-    busy |= DriveLocked(*w, &turn_ns);
+    busy |= DriveLocked(*w, &turn);
   }
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
   // posting does not send the workers to sleep.
-  if (turn_ns != 0 && polling) last_app_drive_ns_.store(turn_ns, std::memory_order_relaxed);
+  if (turn.timer_ns != 0 && polling) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
   return busy;
 }
 
@@ -191,13 +198,12 @@ bool Device::PollOnce(Worker& w) {
   return busy;
 }
 
-void Device::IdleBackoff(Worker& w, unsigned idle) {
+void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* last_busy_ns) {
   if (idle < kSpinLoops) {
     rte_pause();
     return;
   }
-  if (w.last_timer_ns - w.last_busy_ns < kYieldWindowNs || !w.timed.empty() || !w.active.empty() ||
-      (w.index == 0 && CqEventHeld())) {
+  if (turn.timer_ns - *last_busy_ns < kYieldWindowNs || turn.pending) {
     sched_yield();
     return;
   }
@@ -211,7 +217,7 @@ void Device::IdleBackoff(Worker& w, unsigned idle) {
     syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
   }
   w.sleeping.store(0, std::memory_order_relaxed);
-  w.last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
+  *last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
 }
 
 void Device::Activate(QpEntry* e) {

@@ -49,17 +49,21 @@ class DoorbellQueue {
 
   // Single consumer.
   bool Pop(uint32_t* value) {
-    Cell& c = cells_[head_ & mask_];
-    if (c.seq.load(std::memory_order_acquire) != head_ + 1) return false;  // D2
+    const uint32_t head = head_.load(std::memory_order_relaxed);
+    Cell& c = cells_[head & mask_];
+    if (c.seq.load(std::memory_order_acquire) != head + 1) return false;  // D2
     *value = c.value;
-    c.seq.store(head_ + mask_ + 1, std::memory_order_release);
-    ++head_;
+    c.seq.store(head + mask_ + 1, std::memory_order_release);
+    head_.store(head + 1, std::memory_order_relaxed);
     return true;
   }
 
   bool TakeOverflow() { return overflow_.exchange(false, std::memory_order_acq_rel); }
+  // Any thread: a hint (exact on the consumer's thread) that Pop or
+  // TakeOverflow has something.
   bool MaybeNonEmpty() const {
-    return cells_[head_ & mask_].seq.load(std::memory_order_acquire) == head_ + 1 ||
+    const uint32_t head = head_.load(std::memory_order_relaxed);
+    return cells_[head & mask_].seq.load(std::memory_order_acquire) == head + 1 ||
            overflow_.load(std::memory_order_relaxed);
   }
 
@@ -71,7 +75,9 @@ class DoorbellQueue {
   const uint32_t mask_;
   std::unique_ptr<Cell[]> cells_;
   alignas(kCacheLine) std::atomic<uint32_t> tail_{0};
-  alignas(kCacheLine) uint32_t head_ = 0;
+  // Written by the consumer only; atomic because a thread about to sleep
+  // reads it for MaybeNonEmpty.
+  alignas(kCacheLine) std::atomic<uint32_t> head_{0};
   std::atomic<bool> overflow_{false};
 };
 
