@@ -17,7 +17,8 @@
 # the same worker index on both sides: nothing to hand off. In a skewed run
 # the client creates one extra QP first (EXTRA_QP_LIB preloaded), which puts
 # every pair across workers. The plain runs exercise the 2-worker datapath
-# without hand-off; their handoff_pkts are printed but not checked.
+# without hand-off, and check that: handoff_pkts must stay 0 on both sides
+# there (a QP that sent on another worker's queue would show up).
 #
 # Progress modes: in every run one side uses DROCE_PROGRESS=app and the other
 # DROCE_PROGRESS=thread, alternating which.
@@ -95,6 +96,10 @@ run() {
   elif [ "$kind" = skew ] && [ "$s" -eq 0 ] && [ "$c" -eq 0 ]; then
     failed=$((failed + 1))
     echo "FAIL: $what: no packet was handed to another worker on either side"
+    grep -h 'droce:' "$logs/server.log" "$logs/client.log" | sed 's/^/    /'
+  elif [ "$kind" = plain ] && { [ "$s" -ne 0 ] || [ "$c" -ne 0 ]; }; then
+    failed=$((failed + 1))
+    echo "FAIL: $what: packets were handed off although each QP pair shares a worker index"
     grep -h 'droce:' "$logs/server.log" "$logs/client.log" | sed 's/^/    /'
   else
     passed=$((passed + 1))
