@@ -18,7 +18,7 @@ if [ ! -x "$launcher" ]; then
   exit 1
 fi
 
-unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_LOG_LEVEL
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_LOG_LEVEL DROCE_WORKERS DROCE_WORKER_CPU
 tmp=$(mktemp -d /tmp/droce-launcher-test.XXXXXX) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
@@ -117,6 +117,12 @@ expect_env "existing LD_PRELOAD entries are kept after the provider" \
   '^LD_PRELOAD=/[^:]*/libdroce\.so:/nonexistent/keep-me\.so$' exec -- env
 expect_env "exec --worker-cpu: DROCE_WORKER_CPU set" \
   '^DROCE_WORKER_CPU=0$' exec --worker-cpu 0 -- env
+expect_env "exec --worker-cpu with a list: DROCE_WORKER_CPU set verbatim" \
+  '^DROCE_WORKER_CPU=0,1$' exec --worker-cpu 0,1 -- env
+expect_env "exec --workers: DROCE_WORKERS set" \
+  '^DROCE_WORKERS=2$' exec --workers 2 -- env
+expect_env "exec --workers=: DROCE_WORKERS set" \
+  '^DROCE_WORKERS=16$' exec --workers=16 -- env
 
 # expect_stderr DESCRIPTION PATTERN ARGS...: `LAUNCHER ARGS...` prints a line
 # matching PATTERN on stderr (the provider's own validation and log).
@@ -135,6 +141,33 @@ if command -v ibv_devices >/dev/null 2>&1; then
     "^droce: DROCE_WORKER_CPU: '4096' is not a CPU this process may run on" exec --worker-cpu 4096 -- ibv_devices
   expect_stderr "--worker-cpu pins the worker" \
     'droce0 up: .*worker on CPU 0' exec --worker-cpu 0 --log-level info -- ibv_devices
+  # A CPU list: each element must be a CPU of the process; repeats are fine.
+  expect_stderr "--worker-cpu 0,0 is accepted" \
+    '^droce: droce0 up: ' exec --worker-cpu 0,0 --log-level info -- ibv_devices
+  expect_stderr "--worker-cpu 0,4096 is refused naming the bad element" \
+    "^droce: DROCE_WORKER_CPU: '4096' is not a CPU this process may run on" exec --worker-cpu 0,4096 -- ibv_devices
+  expect_stderr "--workers 2 is accepted" \
+    '^droce: droce0 up: ' exec --workers 2 --log-level info -- ibv_devices
+  # Out of 1..16 or not a number: the provider refuses it, naming the variable.
+  expect_stderr "--workers 0 is refused by the provider" \
+    "^droce: DROCE_WORKERS: '0' is not a worker count \\(1 to 16\\)$" exec --workers 0 -- ibv_devices
+  for bad in 0 17 abc; do
+    with_env=(DROCE_WORKERS="$bad")
+    expect_stderr "DROCE_WORKERS=$bad is refused by the provider" \
+      "^droce: DROCE_WORKERS: '$bad' is not a worker count \\(1 to 16\\)$" exec -- ibv_devices
+  done
+fi
+if command -v ibv_rc_pingpong >/dev/null 2>&1; then
+  # demo passes --workers to both sides' exec: the server's provider refuses 0
+  # (the client is never started) and demo fails.
+  run_launcher 30 demo --workers 0 --iters 1
+  rc=$?
+  pattern="^\\[server\\] droce: DROCE_WORKERS: '0' is not a worker count"
+  if [ "$rc" -ne 0 ] && grep -Eq -- "$pattern" "$tmp/out"; then
+    ok "demo --workers 0 reaches the provider (exit $rc) -> $(grep -E -- "$pattern" "$tmp/out" | head -n1)"
+  else
+    not_ok "demo --workers 0: exit $rc, want non-zero and a line matching '$pattern' on stdout:"; cat "$tmp/out" "$tmp/err"
+  fi
 fi
 expect_env "version" '^droce [0-9]' version
 expect_env "help" '^usage: droce' help

@@ -9,6 +9,11 @@
 #   `bytes in .* seconds`. Exit 77 (skip) if PROGRAM is not installed.
 #   DROCE_TEST_EXPECT (client) and DROCE_TEST_EXPECT_SERVER (server; empty =
 #   no check) override the expected line, e.g. for perftest's result table.
+#   DROCE_TEST_SERVER_ENV / DROCE_TEST_CLIENT_ENV: space-separated VAR=VALUE
+#   settings for that side only (e.g. DROCE_PROGRESS=thread on one side).
+#   DROCE_TEST_LOG_DIR: if set, the server's output and the last client's are
+#   copied there as server.log and client.log (for checks made by a caller,
+#   e.g. on DROCE_STATS counters).
 # shellcheck disable=SC2317  # kill_group and cleanup run from traps
 set -u
 
@@ -75,6 +80,9 @@ if [ -z "$port" ]; then
   exit 1
 fi
 
+read -ra server_env <<<"${DROCE_TEST_SERVER_ENV:-}"
+read -ra client_env <<<"${DROCE_TEST_CLIENT_ENV:-}"
+
 sock="$dir/memif.sock"
 link_of() { echo "net_memif0,role=$1,socket=$sock,socket-abstract=no"; }
 
@@ -91,7 +99,7 @@ show_logs() {
   echo "-----"
 }
 
-timeout "$per_process_timeout" "$launcher" exec --link "$(link_of server)" --ip 10.77.1.1/24 \
+timeout "$per_process_timeout" env "${server_env[@]}" "$launcher" exec --link "$(link_of server)" --ip 10.77.1.1/24 \
   -- "$program" -p "$port" "${prog_args[@]}" </dev/null >"$dir/server.log" 2>&1 &
 server_pid=$!
 
@@ -107,13 +115,18 @@ while [ "$SECONDS" -lt "$listen_deadline" ]; do
 done
 
 start_client() {
-  timeout "$per_process_timeout" "$launcher" exec --link "$(link_of client)" --ip 10.77.1.2/24 \
+  timeout "$per_process_timeout" env "${client_env[@]}" "$launcher" exec --link "$(link_of client)" --ip 10.77.1.2/24 \
     -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$1" 2>&1 &
   last_pid=$!
 }
 run_client "$server_pid" "$max_client_attempts" "$dir" start_client
 end_server "$server_pid"
 server_pid=""
+
+if [ -n "${DROCE_TEST_LOG_DIR:-}" ]; then
+  cp -- "$dir/server.log" "$DROCE_TEST_LOG_DIR/server.log"
+  if [ "$attempt" -gt 0 ]; then cp -- "$dir/client.$attempt.log" "$DROCE_TEST_LOG_DIR/client.log"; fi
+fi
 
 fail=0
 describe() {

@@ -1,7 +1,7 @@
 // droce: launcher for the droce userspace RoCEv2 verbs provider.
 //
 //   droce exec [flags] -- PROGRAM [ARGS...]   run PROGRAM with libdroce.so preloaded
-//   droce demo [--iters N] [--size B] [--timeout S]
+//   droce demo [--iters N] [--size B] [--timeout S] [--workers N]
 //                                             ibv_rc_pingpong server+client over memif
 //   droce version | help
 //
@@ -138,11 +138,14 @@ constexpr std::string_view kUsage =
     "        --ip6 ADDR[/LEN]      IPv6 address: GID index 1, ND, ping6 (DROCE_IP6)\n"
     "        --hugepages MODE      auto on off (DROCE_HUGEPAGES), default auto\n"
     "        --progress MODE       app thread (DROCE_PROGRESS), default app\n"
-    "        --worker-cpu N        pin the engine's worker thread to CPU N (DROCE_WORKER_CPU)\n"
+    "        --workers N           worker threads per device, 1 to 16 (DROCE_WORKERS), default 1\n"
+    "        --worker-cpu CPUS     pin the worker threads to CPUS, e.g. 2 or 2,3: worker i on\n"
+    "                              the (i mod count)-th CPU of the list (DROCE_WORKER_CPU)\n"
     "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path)\n"
-    "  demo [--iters N] [--size BYTES] [--timeout SECONDS]\n"
+    "  demo [--iters N] [--size BYTES] [--timeout SECONDS] [--workers N]\n"
     "        run an unmodified ibv_rc_pingpong server and client through droce over a\n"
-    "        memif link (defaults: --iters 1000 --size 4096 --timeout 60)\n"
+    "        memif link (defaults: --iters 1000 --size 4096 --timeout 60; --workers\n"
+    "        is passed to both sides' exec)\n"
     "  pcap-check [-v] FILE...\n"
     "        check every RoCEv2 packet of pcap/pcapng captures (headers, ICRC)\n"
     "  version\n"
@@ -261,8 +264,8 @@ struct ExecOptions {
   std::optional<std::string> link, ip, mtu, mac, log_level;
   // Passed through to the provider, which validates them when it opens the
   // device (one-line error naming the variable): gateway, vlan, ip6,
-  // hugepages, progress, worker CPU.
-  std::optional<std::string> gateway, vlan, ip6, hugepages, progress, worker_cpu;
+  // hugepages, progress, worker CPUs, workers.
+  std::optional<std::string> gateway, vlan, ip6, hugepages, progress, worker_cpu, workers;
   std::vector<std::string> program;  // PROGRAM [ARGS...]
 };
 
@@ -305,6 +308,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     else if (name == "hugepages") slot = &opt.hugepages;
     else if (name == "progress") slot = &opt.progress;
     else if (name == "worker-cpu") slot = &opt.worker_cpu;
+    else if (name == "workers") slot = &opt.workers;
     else return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
     if (!value) {
       if (i + 1 >= args.size() || args[i + 1] == "--") {
@@ -382,6 +386,7 @@ int CmdExec(const std::vector<std::string>& args) {
   set("DROCE_HUGEPAGES", opt.hugepages);
   set("DROCE_PROGRESS", opt.progress);
   set("DROCE_WORKER_CPU", opt.worker_cpu);
+  set("DROCE_WORKERS", opt.workers);
 
   // Prepend the provider, keep the other entries (dropping a duplicate of it).
   std::vector<std::string> preload = {*provider};
@@ -632,6 +637,8 @@ bool ParsePositive(std::string_view s, long max, long& out) {
 
 int CmdDemo(const std::vector<std::string>& args) {
   long iters = 1000, size = 4096, timeout_s = 60;
+  // Passed to both sides' `exec --workers`; the provider validates it.
+  std::optional<std::string> workers;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
     if (a == "-h" || a == "--help") {
@@ -652,14 +659,16 @@ int CmdDemo(const std::vector<std::string>& args) {
     if (name == "iters") { slot = &iters; max = 100000000; }
     else if (name == "size") { slot = &size; max = 1L << 30; }
     else if (name == "timeout") { slot = &timeout_s; max = 86400; }
-    else return UsageError(StrCat("demo: unknown option '--", name, "' (see 'droce help')"));
+    else if (name != "workers") return UsageError(StrCat("demo: unknown option '--", name, "' (see 'droce help')"));
     if (!value) {
       if (i + 1 >= args.size()) {
         return UsageError(StrCat("demo: option '--", name, "' requires a value"));
       }
       value = args[++i];
     }
-    if (!ParsePositive(*value, max, *slot)) {
+    if (slot == nullptr) {
+      workers = std::move(*value);
+    } else if (!ParsePositive(*value, max, *slot)) {
       return UsageError(StrCat("demo: invalid --", name, " '", *value,
                                      "': expected a positive integer <= ", max));
     }
@@ -698,9 +707,10 @@ int CmdDemo(const std::vector<std::string>& args) {
     std::vector<std::string> v = {
         "exec",
         "--link", StrCat("net_memif0,role=", role, ",socket=", sock, ",socket-abstract=no"),
-        "--ip", ip,
-        "--", program, "-g", "0", "-p", StrCat(port),
-        "-n", StrCat(iters), "-s", StrCat(size)};
+        "--ip", ip};
+    if (workers) v.insert(v.end(), {"--workers", *workers});
+    v.insert(v.end(), {"--", program, "-g", "0", "-p", StrCat(port),
+                       "-n", StrCat(iters), "-s", StrCat(size)});
     if (client) v.push_back("127.0.0.1");
     return v;
   };
