@@ -197,7 +197,9 @@ absl::StatusOr<Config> ConfigFromEnv(int index) {
   }
   if (auto w = split_devices(std::getenv("DROCE_WORKERS"));
       static_cast<size_t>(index) < w.size() && !w[index].empty()) {
-    if (!absl::SimpleAtoi(w[index], &c.workers) || c.workers < 1 || c.workers > kMaxWorkers) {
+    // Digits only: SimpleAtoi would also take " 2" and "+2".
+    if (w[index].find_first_not_of("0123456789") != std::string::npos || !absl::SimpleAtoi(w[index], &c.workers) ||
+        c.workers < 1 || c.workers > kMaxWorkers) {
       return absl::InvalidArgumentError(
           absl::StrCat("DROCE_WORKERS: '", w[index], "' is not a worker count (1 to ", kMaxWorkers, ")"));
     }

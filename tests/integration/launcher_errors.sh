@@ -151,10 +151,10 @@ if command -v ibv_devices >/dev/null 2>&1; then
   # Out of 1..16 or not a number: the provider refuses it, naming the variable.
   expect_stderr "--workers 0 is refused by the provider" \
     "^droce: DROCE_WORKERS: '0' is not a worker count \\(1 to 16\\)$" exec --workers 0 -- ibv_devices
-  for bad in 0 17 abc; do
+  for bad in 0 17 abc +2; do
     with_env=(DROCE_WORKERS="$bad")
     expect_stderr "DROCE_WORKERS=$bad is refused by the provider" \
-      "^droce: DROCE_WORKERS: '$bad' is not a worker count \\(1 to 16\\)$" exec -- ibv_devices
+      "^droce: DROCE_WORKERS: '${bad//+/\\+}' is not a worker count \\(1 to 16\\)$" exec -- ibv_devices
   done
 fi
 if command -v ibv_rc_pingpong >/dev/null 2>&1; then
