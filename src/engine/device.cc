@@ -9,6 +9,7 @@
 #include <optional>
 
 #include <rte_errno.h>
+#include <rte_lcore.h>
 #include <rte_pause.h>
 #include <rte_ring.h>
 
@@ -109,6 +110,8 @@ absl::Status Device::Setup(const Config& cfg) {
   // it up; the other workers and devices are plain threads on the same EAL.
   if (cfg.index == 0) {
     if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) return s;
+  } else {
+    RegisterWithEal(port_.name.empty() ? absl::StrCat("droce", cfg.index, "-w0") : port_.name);
   }
   auto pin = [&](pthread_t t, int i) -> absl::Status {
     if (cfg.worker_cpus.empty()) return absl::OkStatus();
@@ -188,6 +191,7 @@ absl::Status Device::Setup(const Config& cfg) {
     Worker& w = *workers_[i];
     w.thread = std::thread([this, &w, name = absl::StrCat("droce", cfg.index, "-w", i)] {
       pthread_setname_np(pthread_self(), name.c_str());
+      RegisterWithEal(name);
       Loop(w);
     });
     absl::Status s = pin(w.thread.native_handle(), i);
@@ -211,6 +215,16 @@ absl::Status Device::Setup(const Config& cfg) {
       port_.name.c_str(), po.devargs.c_str(), dpdk_.driver().c_str(), port_.mac[0], port_.mac[1], port_.mac[2], port_.mac[3], port_.mac[4], port_.mac[5],
       port_.link_mtu, 128u << port_.active_mtu, extra.c_str());
   return absl::OkStatus();
+}
+
+void Device::RegisterWithEal(const std::string& name) {
+  // A registered thread gets an lcore id of its own, hence its own mbuf
+  // cache in the mempool: allocations and frees stay off the pool's shared
+  // ring most of the time. (EAL's main lcore, droce0's worker 0, has one.)
+  if (rte_thread_register() != 0) {
+    Log(LogLevel::kWarning, "%s: no free DPDK lcore id (%s): its mbufs bypass the mempool cache", name.c_str(),
+        rte_strerror(rte_errno));
+  }
 }
 
 void Device::Wake(Worker& w) {

@@ -290,6 +290,8 @@ class Device {
   void RunOnWorker(std::function<void()> fn);
   void Wake(Worker& w);
   void WakeAll();
+  // Gives the calling worker thread a DPDK lcore id (a mempool cache).
+  static void RegisterWithEal(const std::string& name);
 
   // worker.cc
   void Loop(Worker& w);
