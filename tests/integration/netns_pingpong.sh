@@ -15,6 +15,10 @@
 #   index 1: pass `-g 1` to use it); on af_packet the RoCE frames A sends
 #   are checked on the wire to be IPv6.
 #   DROCE_TEST_MTU=N: both ports get DROCE_MTU=N.
+#   DROCE_TEST_WORKERS=N: both devices run N workers (DROCE_WORKERS; on
+#   af_packet the kernel's fanout hash picks each frame's queue, so packets
+#   reach QPs through hand-off or directly); the hand-off counters are
+#   reported and no hand-off may be dropped.
 #   DROCE_TEST_ACTIVE_MTU=N: the server's port must report active MTU N
 #   (see also DROCE_TEST_VETH_MTU and DROCE_TEST_LINK_ARGS, netns_common.sh).
 #   Needs root; exit 77 (skip) without it, without PROGRAM or without the PMD.
@@ -38,6 +42,8 @@ command -v "$program" >/dev/null 2>&1 || skip "'$program' not found (install ibv
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6
 # DROCE_TEST_MTU: the MTU cap both ports are given (DROCE_MTU).
 [ -n "${DROCE_TEST_MTU:-}" ] && export DROCE_MTU=$DROCE_TEST_MTU
+workers=${DROCE_TEST_WORKERS:-}
+if [ -n "$workers" ]; then export DROCE_WORKERS=$workers DROCE_STATS=1; else unset DROCE_WORKERS; fi
 vlan=${DROCE_TEST_VLAN:-}
 if [ -n "$vlan" ]; then export DROCE_VLAN=$vlan; else unset DROCE_VLAN; fi
 ip6=${DROCE_TEST_IP6:-}
@@ -102,7 +108,7 @@ describe() {
   esac
 }
 failed=$wire_failed
-if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -Eq "active MTU $DROCE_TEST_ACTIVE_MTU[,)]" "$dir/server.log"; then
+if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -Eq "active MTU ${DROCE_TEST_ACTIVE_MTU}[,)]" "$dir/server.log"; then
   echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
   failed=1
 fi
@@ -112,6 +118,17 @@ expect='bytes in .* seconds'
 grep -Eq "$expect" "$dir/server.log" || { echo "FAIL: server output has no line matching '$expect'"; failed=1; }
 grep -Eq "$expect" "$dir/client.$attempt.log" 2>/dev/null ||
   { echo "FAIL: client output has no line matching '$expect'"; failed=1; }
+if [ -n "$workers" ]; then
+  # DROCE_STATS prints the device counters at exit (non-zero ones only).
+  for side in server client; do
+    log=$dir/server.log
+    [ "$side" = client ] && log=$dir/client.$attempt.log
+    handed=$(grep -Eo "handoff_pkts +[0-9]+" "$log" 2>/dev/null | tail -n1 | awk '{print $2}')
+    dropped=$(grep -Eo "handoff_drop +[0-9]+" "$log" 2>/dev/null | tail -n1 | awk '{print $2}')
+    echo "[$side] $workers workers: handoff_pkts ${handed:-0}, handoff_drop ${dropped:-0}"
+    if [ "${dropped:-0}" -ne 0 ]; then echo "FAIL: $side dropped hand-offs"; failed=1; fi
+  done
+fi
 if [ "$failed" -ne 0 ]; then
   echo "----- server output -----"
   cat "$dir/server.log"
