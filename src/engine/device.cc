@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <optional>
+#include <thread>
 
 #include <rte_errno.h>
 #include <rte_lcore.h>
@@ -83,8 +84,7 @@ absl::Status Device::Start(const Config& cfg) {
     worker0.join();
     return s;
   }
-  workers_[0]->thread = std::move(worker0);
-  workers_[0]->thread.detach();
+  worker0.detach();  // the device lives until exit, as its workers do
   return absl::OkStatus();
 }
 
@@ -111,7 +111,7 @@ absl::Status Device::Setup(const Config& cfg) {
   if (cfg.index == 0) {
     if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) return s;
   } else {
-    RegisterWithEal(port_.name.empty() ? absl::StrCat("droce", cfg.index, "-w0") : port_.name);
+    RegisterWithEal(absl::StrCat("droce", cfg.index, "-w0"));
   }
   auto pin = [&](pthread_t t, int i) -> absl::Status {
     if (cfg.worker_cpus.empty()) return absl::OkStatus();
@@ -189,13 +189,13 @@ absl::Status Device::Setup(const Config& cfg) {
   if (has_ip6_) SendNeighborAdvert(w0, {0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
   for (int i = 1; i < cfg.workers; ++i) {
     Worker& w = *workers_[i];
-    w.thread = std::thread([this, &w, name = absl::StrCat("droce", cfg.index, "-w", i)] {
+    std::thread t([this, &w, name = absl::StrCat("droce", cfg.index, "-w", i)] {
       pthread_setname_np(pthread_self(), name.c_str());
       RegisterWithEal(name);
       Loop(w);
     });
-    absl::Status s = pin(w.thread.native_handle(), i);
-    w.thread.detach();  // the device lives until exit, as its workers do
+    absl::Status s = pin(t.native_handle(), i);
+    t.detach();  // the device lives until exit, as its workers do
     if (!s.ok()) {
       stop_.store(true, std::memory_order_relaxed);  // the started workers leave their loops
       return s;

@@ -24,7 +24,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -142,7 +141,6 @@ struct QpEntry {
 struct Worker final : transport::TransportEnv {
   Device* dev = nullptr;
   uint16_t index = 0;  // also its rx/tx queue on the link
-  std::thread thread;
   // Wakeup: the worker's thread sleeps on `wake_seq` (futex) when idle.
   alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq{0};
   std::atomic<uint32_t> sleeping{0};
