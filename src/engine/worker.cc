@@ -39,6 +39,10 @@ constexpr long kSleepNs = 200'000;
 // once when one of them is about to block (Device::Handoff). Every wakeup of
 // the worker costs a context switch, which on a VM is tens of microseconds.
 constexpr uint64_t kAppDriveWindowNs = 2'000'000;
+// A post within this long of an application thread's drive from
+// ibv_poll_cq is left for that thread's next poll (Device::Kick). The drive
+// time is the worker's last timer tick, up to kTimerTickNs old.
+constexpr uint64_t kKickDeferNs = 100'000;
 constexpr long kAppNapNs = 1'000'000;
 
 }  // namespace
@@ -112,10 +116,19 @@ bool Device::TryDrive(bool polling) {
 
 void Device::Kick(const QpHandle& qp) {
   Worker& w = *workers_[qp.worker];
-  if (app_progress_ && ctl_pending_.load(std::memory_order_relaxed) == 0 &&
-      !w.drive_lock.load(std::memory_order_relaxed) && !w.drive_lock.exchange(true, std::memory_order_acquire)) {
-    DriveLocked(w);
-    return;
+  if (app_progress_) {
+    // A thread that has just driven from ibv_poll_cq polls again within
+    // microseconds (a bandwidth loop: post, post, ..., poll): that poll's
+    // turn sends what was posted meanwhile, many WQEs per turn, instead of
+    // one turn per post. Measured: 64 B SEND 0.8 -> 2.0 Mmsg/s over memif,
+    // latency unchanged. If it does not poll again, the worker takes over
+    // when the drive window ends, as for receives.
+    if (NowNs() - last_app_drive_ns_.load(std::memory_order_relaxed) < kKickDeferNs) return;
+    if (ctl_pending_.load(std::memory_order_relaxed) == 0 && !w.drive_lock.load(std::memory_order_relaxed) &&
+        !w.drive_lock.exchange(true, std::memory_order_acquire)) {
+      DriveLocked(w);
+      return;
+    }
   }
   Wake(w);
 }
