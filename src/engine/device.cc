@@ -185,6 +185,7 @@ absl::Status Device::Setup(const Config& cfg) {
   ip6_ = cfg.ip6;
   prefix6_len_ = cfg.prefix6_len;
   Worker& w0 = *workers_[0];
+  w0.lcore_id.store(rte_lcore_id(), std::memory_order_relaxed);  // this thread is worker 0's
   SendGratuitousArp(w0);
   if (has_ip6_) SendNeighborAdvert(w0, {0x33, 0x33, 0, 0, 0, 1}, {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, false);
   for (int i = 1; i < cfg.workers; ++i) {
@@ -192,6 +193,7 @@ absl::Status Device::Setup(const Config& cfg) {
     std::thread t([this, &w, name = absl::StrCat("droce", cfg.index, "-w", i)] {
       pthread_setname_np(pthread_self(), name.c_str());
       RegisterWithEal(name);
+      w.lcore_id.store(rte_lcore_id(), std::memory_order_relaxed);
       Loop(w);
     });
     absl::Status s = pin(t.native_handle(), i);

@@ -141,6 +141,10 @@ struct QpEntry {
 struct Worker final : transport::TransportEnv {
   Device* dev = nullptr;
   uint16_t index = 0;  // also its rx/tx queue on the link
+  // The DPDK lcore id of the worker's thread (LCORE_ID_ANY until known, or
+  // if EAL had none to give). Whichever thread drives the worker uses it for
+  // the turn, so mbufs come from and go back to this worker's mempool cache.
+  std::atomic<unsigned> lcore_id{~0u};
   // Wakeup: the worker's thread sleeps on `wake_seq` (futex) when idle.
   alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq{0};
   std::atomic<uint32_t> sleeping{0};

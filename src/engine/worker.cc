@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_pause.h>
 #include <rte_ring.h>
@@ -82,7 +83,16 @@ void Device::Loop(Worker& w) {
 }
 
 bool Device::DriveLocked(Worker& w, Turn* turn) {
+  // Another thread driving (an application's) takes the worker's lcore id
+  // for the turn: DPDK's mempool keeps one cache per lcore id, unlocked, and
+  // the drive lock makes this thread its only user meanwhile; a thread
+  // without an id would take every mbuf from the pool's shared ring.
+  const unsigned own_lcore = RTE_PER_LCORE(_lcore_id);
+  const unsigned lcore = w.lcore_id.load(std::memory_order_relaxed);
+  const bool borrow = lcore != own_lcore;
+  if (borrow) RTE_PER_LCORE(_lcore_id) = lcore;
   const bool busy = PollOnceGuarded(w);
+  if (borrow) RTE_PER_LCORE(_lcore_id) = own_lcore;
   if (turn != nullptr) {
     // What the thread needs to decide whether to sleep, read while the
     // worker's state is still its own.
