@@ -93,8 +93,9 @@ absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp) {
 
 namespace {
 
-// DROCE_LINK, DROCE_IP and DROCE_MAC may list one value per device,
-// separated by ';' (DPDK devargs themselves use ',').
+// DROCE_LINK, DROCE_IP, DROCE_IP6, DROCE_MAC, DROCE_WORKERS and
+// DROCE_WORKER_CPU may list one value per device, separated by ';' (DPDK
+// devargs themselves use ',').
 std::vector<std::string> split_devices(const char* value) {
   std::vector<std::string> out;
   if (value == nullptr) return out;
@@ -170,8 +171,13 @@ absl::StatusOr<Config> ConfigFromEnv(int index) {
   if (auto v = env("DROCE_VLAN")) {
     if (absl::Status s = ParseVlan(*v, &c.vlan, &c.vlan_pcp); !s.ok()) return prefixed("DROCE_VLAN", s);
   }
-  if (auto v = env("DROCE_IP6")) {
-    if (absl::Status s = ParseIpv6Prefix(*v, &c.ip6, &c.prefix6_len); !s.ok()) return prefixed("DROCE_IP6", s);
+  // One address per device, like DROCE_IP; a device without an entry of its
+  // own has no IPv6 address (two devices must not share one).
+  if (auto ip6s = split_devices(std::getenv("DROCE_IP6"));
+      static_cast<size_t>(index) < ip6s.size() && !ip6s[index].empty()) {
+    if (absl::Status s = ParseIpv6Prefix(ip6s[index], &c.ip6, &c.prefix6_len); !s.ok()) {
+      return prefixed("DROCE_IP6", s);
+    }
     c.has_ip6 = true;
   }
   if (auto v = env("DROCE_HUGEPAGES")) {

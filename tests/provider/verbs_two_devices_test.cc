@@ -1,6 +1,7 @@
 // Two droce devices in one process (DROCE_LINK lists two links): droce0 and
 // droce1 joined by a memif pair inside the process behave as separate
 // devices, and an RC QP on one talks to an RC QP on the other.
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@ class TwoDevices : public ::testing::Test {
                              "net_memif1,role=client,socket=" + sock + ",socket-abstract=no";
     setenv("DROCE_LINK", link.c_str(), 1);
     setenv("DROCE_IP", "10.77.9.1/24;10.77.9.2/24", 1);
+    setenv("DROCE_IP6", "fd78:9::1/64;fd78:9::2/64", 1);  // one each, like DROCE_IP
     unsetenv("DROCE_MAC");
   }
 };
@@ -39,7 +41,10 @@ struct Side {
   std::vector<uint8_t> buf = std::vector<uint8_t>(65536);
   ibv_gid gid{};
 
-  void Open(ibv_device* dev) {
+  int gid_index = 0;
+
+  void Open(ibv_device* dev, int sgid_index = 0) {
+    gid_index = sgid_index;
     ctx = ibv_open_device(dev);
     ASSERT_NE(ctx, nullptr);
     pd = ibv_alloc_pd(ctx);
@@ -53,7 +58,7 @@ struct Side {
     a.qp_type = IBV_QPT_RC;
     qp = ibv_create_qp(pd, &a);
     ASSERT_NE(qp, nullptr);
-    ASSERT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
+    ASSERT_EQ(ibv_query_gid(ctx, 1, gid_index, &gid), 0);
   }
   void Connect(const Side& peer) {
     ibv_qp_attr a{};
@@ -68,6 +73,7 @@ struct Side {
     a.ah_attr.is_global = 1;
     a.ah_attr.port_num = 1;
     a.ah_attr.grh.dgid = peer.gid;
+    a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
     a.ah_attr.grh.hop_limit = 1;
     ASSERT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
@@ -101,7 +107,9 @@ struct Side {
   }
 };
 
-TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
+// RC SENDs from droce0 to droce1 through GID index gid_index (0: IPv4, 1:
+// IPv6); each device has its own address at that index, ending in 1 and 2.
+void SendsBetweenTheDevices(int gid_index) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   ASSERT_NE(list, nullptr);
@@ -110,10 +118,9 @@ TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
   EXPECT_STREQ(ibv_get_device_name(list[1]), "droce1");
   EXPECT_EQ(ibv_get_device_index(list[1]), 1);
   Side a, b;
-  a.Open(list[0]);
-  b.Open(list[1]);
+  a.Open(list[0], gid_index);
+  b.Open(list[1], gid_index);
   ibv_free_device_list(list);
-  // Each device has its own address and GUID.
   EXPECT_NE(std::memcmp(a.gid.raw, b.gid.raw, 16), 0);
   EXPECT_EQ(a.gid.raw[15], 1);
   EXPECT_EQ(b.gid.raw[15], 2);
@@ -145,6 +152,28 @@ TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) {
   }
   a.Close();
   b.Close();
+}
+
+TEST_F(TwoDevices, SeparateDevicesTalkOverTheirLink) { SendsBetweenTheDevices(0); }
+
+// DROCE_IP6 lists one address per device, as DROCE_IP does (before, every
+// device got the same one).
+TEST_F(TwoDevices, EachDeviceHasItsOwnIpv6Gid) {
+  SendsBetweenTheDevices(1);
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ASSERT_EQ(n, 2);
+  for (int i = 0; i < 2; ++i) {
+    ibv_context* ctx = ibv_open_device(list[i]);
+    ASSERT_NE(ctx, nullptr);
+    ibv_gid gid{};
+    ASSERT_EQ(ibv_query_gid(ctx, 1, 1, &gid), 0);
+    in6_addr want{};
+    ASSERT_EQ(inet_pton(AF_INET6, i == 0 ? "fd78:9::1" : "fd78:9::2", &want), 1);
+    EXPECT_EQ(std::memcmp(gid.raw, &want, 16), 0) << "droce" << i;
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+  }
+  ibv_free_device_list(list);
 }
 
 // A UD QP in RTS on pd, with Q_Key 7.
