@@ -232,10 +232,7 @@ void Device::RegisterWithEal(const std::string& name) {
 void Device::Wake(Worker& w) {
   // Pairs with the sleeper's store of `sleeping` then re-check (worker.cc).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (w.sleeping.load(std::memory_order_relaxed) != 0) {
-    w.wake_seq.fetch_add(1, std::memory_order_release);
-    syscall(SYS_futex, &w.wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-  }
+  if (w.sleeping.load(std::memory_order_relaxed) != 0) WakeNow(w);
 }
 
 void Device::WakeAll() {

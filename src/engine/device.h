@@ -290,8 +290,12 @@ class Device {
   // thread and waits for it: the control path. An exception escaping fn
   // kills the device.
   void RunOnWorker(std::function<void()> fn);
+  // Wakes w's thread if it announced a sleep; WakeNow wakes it regardless.
   void Wake(Worker& w);
+  void WakeNow(Worker& w);
   void WakeAll();
+  // Takes w's drive lock if it is free and no control call waits for it.
+  bool TryTakeDrive(Worker& w);
   // Gives the calling worker thread a DPDK lcore id (a mempool cache).
   static void RegisterWithEal(const std::string& name);
 
@@ -338,6 +342,8 @@ class Device {
   // Spin, yield or sleep after an idle turn (without w's drive lock).
   void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
   void Nap(Worker& w, long ns);
+  template <typename HasWork>
+  void SleepUnless(Worker& w, long ns, HasWork has_work);
   void DeliverEvents(QpEntry* e);
   // An SRQ went to error: every QP on it goes to error (all workers stopped).
   void FailSrqQps(uint32_t srq);

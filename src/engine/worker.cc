@@ -111,11 +111,7 @@ bool Device::TryDrive(bool polling) {
   bool busy = false;
   Turn turn;  // of the last worker driven here
   for (auto& w : workers_) {
-    if (ctl_pending_.load(std::memory_order_relaxed) != 0 || w->drive_lock.load(std::memory_order_relaxed) ||
-        w->drive_lock.exchange(true, std::memory_order_acquire)) {
-      continue;
-    }
-    busy |= DriveLocked(*w, &turn);
+    if (TryTakeDrive(*w)) busy |= DriveLocked(*w, &turn);
   }
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
@@ -134,8 +130,7 @@ void Device::Kick(const QpHandle& qp) {
     // latency unchanged. If it does not poll again, the worker takes over
     // when the drive window ends, as for receives.
     if (NowNs() - last_app_drive_ns_.load(std::memory_order_relaxed) < kKickDeferNs) return;
-    if (ctl_pending_.load(std::memory_order_relaxed) == 0 && !w.drive_lock.load(std::memory_order_relaxed) &&
-        !w.drive_lock.exchange(true, std::memory_order_acquire)) {
+    if (TryTakeDrive(w)) {
       DriveLocked(w);
       return;
     }
@@ -143,24 +138,40 @@ void Device::Kick(const QpHandle& qp) {
   Wake(w);
 }
 
+bool Device::TryTakeDrive(Worker& w) {
+  // Not while a control call waits for the locks; test before the RMW so
+  // that a held lock's cache line is not stolen.
+  return ctl_pending_.load(std::memory_order_relaxed) == 0 && !w.drive_lock.load(std::memory_order_relaxed) &&
+         !w.drive_lock.exchange(true, std::memory_order_acquire);
+}
+
 void Device::Handoff() {
   if (!app_progress_) return;
   last_app_drive_ns_.store(0, std::memory_order_relaxed);
-  for (auto& w : workers_) {
-    w->wake_seq.fetch_add(1, std::memory_order_release);
-    syscall(SYS_futex, &w->wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-  }
+  for (auto& w : workers_) WakeNow(*w);
 }
 
-void Device::Nap(Worker& w, long ns) {
+void Device::WakeNow(Worker& w) {
+  w.wake_seq.fetch_add(1, std::memory_order_release);
+  syscall(SYS_futex, &w.wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+// Sleeps up to ns on w's futex unless has_work() says otherwise once the
+// sleep is announced (`sleeping` then a seq_cst fence; pairs with Wake).
+template <typename HasWork>
+void Device::SleepUnless(Worker& w, long ns, HasWork has_work) {
   const uint32_t seq = w.wake_seq.load(std::memory_order_acquire);
   w.sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (ctl_pending_.load(std::memory_order_relaxed) == 0) {
+  if (!has_work()) {
     timespec ts{0, ns};
     syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
   }
   w.sleeping.store(0, std::memory_order_relaxed);
+}
+
+void Device::Nap(Worker& w, long ns) {
+  SleepUnless(w, ns, [this] { return ctl_pending_.load(std::memory_order_relaxed) != 0; });
 }
 
 bool Device::PollOnce(Worker& w) {
@@ -230,16 +241,10 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
     sched_yield();
     return;
   }
-  // Announce the sleep, then re-check for work (pairs with Wake()).
-  const uint32_t seq = w.wake_seq.load(std::memory_order_acquire);
-  w.sleeping.store(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (ctl_pending_.load(std::memory_order_relaxed) == 0 && !w.doorbells.MaybeNonEmpty() &&
-      !w.activate_all.load(std::memory_order_relaxed) && (w.inbox == nullptr || rte_ring_empty(w.inbox))) {
-    timespec ts{0, kSleepNs};
-    syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
-  }
-  w.sleeping.store(0, std::memory_order_relaxed);
+  SleepUnless(w, kSleepNs, [this, &w] {
+    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() ||
+           w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
+  });
   *last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
 }
 
@@ -463,11 +468,7 @@ void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   }
 }
 
-uint64_t Worker::NowNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
+uint64_t Worker::NowNs() { return Device::NowNs(); }
 
 bool Worker::AllocFrame(uint32_t len, transport::TxFrame* f) {
   // Back-pressure: while the link refuses frames, stop producing new ones;

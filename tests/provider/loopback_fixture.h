@@ -61,12 +61,24 @@ class Loopback : public ::testing::Test {
   }
   void TearDown() override {
     for (ibv_qp* qp : qps_) EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    if (scq_) EXPECT_EQ(ibv_destroy_cq(scq_), 0);
-    if (rcq_) EXPECT_EQ(ibv_destroy_cq(rcq_), 0);
-    if (channel_) EXPECT_EQ(ibv_destroy_comp_channel(channel_), 0);
-    if (mr_) EXPECT_EQ(ibv_dereg_mr(mr_), 0);
-    if (pd_) EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
-    if (ctx_) EXPECT_EQ(ibv_close_device(ctx_), 0);
+    if (scq_) {
+      EXPECT_EQ(ibv_destroy_cq(scq_), 0);
+    }
+    if (rcq_) {
+      EXPECT_EQ(ibv_destroy_cq(rcq_), 0);
+    }
+    if (channel_) {
+      EXPECT_EQ(ibv_destroy_comp_channel(channel_), 0);
+    }
+    if (mr_) {
+      EXPECT_EQ(ibv_dereg_mr(mr_), 0);
+    }
+    if (pd_) {
+      EXPECT_EQ(ibv_dealloc_pd(pd_), 0);
+    }
+    if (ctx_) {
+      EXPECT_EQ(ibv_close_device(ctx_), 0);
+    }
   }
 
   ibv_qp* CreateQp(ibv_cq* scq, ibv_cq* rcq, uint32_t depth = 32) {
