@@ -300,6 +300,13 @@ class Qp {
   void SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
   void QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
   bool Scatter(const uint8_t* src, uint32_t len, uint8_t* status);
+  // Starts an RDMA WRITE (the RETH of its FIRST or ONLY packet): the whole
+  // range must be writable now, so a bad R_Key is refused before any byte
+  // lands. False: an invalid R_Key, PD, rights or bounds.
+  bool StartWrite(const wire::Reth& reth);
+  // Places one packet's payload of the current WRITE, after checking that
+  // piece of the range against the MR table as it is now.
+  bool PlaceWrite(const uint8_t* src, uint32_t len);
   void CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm,
                     uint8_t opcode = queue::wc::kOpRecv);
   void ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status);
@@ -387,7 +394,12 @@ class Qp {
   bool nak_sent_ = false;
   bool in_send_message_ = false;
   bool in_write_message_ = false;
-  uint8_t* write_host_ = nullptr;   // next byte of the current RDMA WRITE
+  // The current RDMA WRITE: its rkey and the address its next packet is
+  // for. Never a host pointer: every packet is checked against the MR table
+  // again (PlaceWrite), because the MR or window may go away between two
+  // packets of one message.
+  uint32_t write_rkey_ = 0;
+  uint64_t write_va_ = 0;
   uint32_t write_remaining_ = 0;
   uint32_t write_len_ = 0;
   std::vector<Response> responses_;  // ring, kMaxResponses

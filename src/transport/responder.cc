@@ -111,6 +111,30 @@ bool Qp::Scatter(const uint8_t* src, uint32_t len, uint8_t* status) {
   return true;
 }
 
+bool Qp::StartWrite(const wire::Reth& reth) {
+  uint8_t* host = nullptr;
+  if (reth.dma_len != 0 && env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteWrite,
+                                             &host) != mem::AccessError::kOk) {
+    return false;
+  }
+  write_rkey_ = reth.rkey;
+  write_va_ = reth.va;
+  write_remaining_ = write_len_ = reth.dma_len;
+  return true;
+}
+
+bool Qp::PlaceWrite(const uint8_t* src, uint32_t len) {
+  if (len == 0) return true;
+  uint8_t* host = nullptr;
+  if (env_->Mrs().Check(write_rkey_, pd_, write_va_, len, mem::kRemoteWrite, &host) != mem::AccessError::kOk) {
+    return false;
+  }
+  std::memcpy(host, src, len);
+  write_va_ += len;
+  write_remaining_ -= len;
+  return true;
+}
+
 void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm,
                       uint8_t opcode) {
   queue::Cqe c{};
@@ -239,26 +263,21 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
       return;
     }
   } else {
-    if (first) {
-      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
-      write_host_ = nullptr;
-      if (reth.dma_len != 0 &&
-          env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteWrite, &write_host_) !=
-              mem::AccessError::kOk) {
-        ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
-        return;
-      }
-      write_remaining_ = write_len_ = reth.dma_len;
+    if (first && !StartWrite(wire::read_reth(pkt.ext(pkt.info->reth)))) {
+      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+      return;
     }
     // The packets must add up to exactly the RETH's length (9.7.5.1.3).
     if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
       ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
       return;
     }
-    if (pkt.payload_len != 0) {
-      std::memcpy(write_host_, pkt.payload, pkt.payload_len);
-      write_host_ += pkt.payload_len;
-      write_remaining_ -= pkt.payload_len;
+    // The region may have been deregistered, or the window invalidated or
+    // unbound, since the FIRST packet: that is an invalid R_Key now (class C,
+    // NAK remote access error), and not a byte of this packet is placed.
+    if (!PlaceWrite(pkt.payload, pkt.payload_len)) {
+      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+      return;
     }
   }
   epsn_ = wire::psn_add(epsn_, 1);
@@ -347,16 +366,10 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
     in_send_message_ = !last;
     if (last) CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
   } else {
-    if (first) {
-      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
-      write_host_ = nullptr;
-      if (!(attr_.access_flags & mem::kRemoteWrite) ||
-          (reth.dma_len != 0 && env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len,
-                                                  mem::kRemoteWrite, &write_host_) != mem::AccessError::kOk)) {
-        Count(QpCounter::dropped_msgs);
-        return;
-      }
-      write_remaining_ = write_len_ = reth.dma_len;
+    if (first && (!(attr_.access_flags & mem::kRemoteWrite) ||
+                  !StartWrite(wire::read_reth(pkt.ext(pkt.info->reth))))) {
+      Count(QpCounter::dropped_msgs);
+      return;
     }
     if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
       Count(QpCounter::dropped_msgs);
@@ -371,10 +384,12 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
         return;
       }
     }
-    if (pkt.payload_len != 0) {
-      std::memcpy(write_host_, pkt.payload, pkt.payload_len);
-      write_host_ += pkt.payload_len;
-      write_remaining_ -= pkt.payload_len;
+    // UC has no NAK: a region gone since the FIRST packet drops the rest of
+    // the message (IBA 9.8.3.2 leaves the error silent at the responder).
+    if (!PlaceWrite(pkt.payload, pkt.payload_len)) {
+      Count(QpCounter::dropped_msgs);
+      abort_message();
+      return;
     }
     in_write_message_ = !last;
     if (last && (mask & wire::kMaskImmDt)) {
