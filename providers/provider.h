@@ -134,6 +134,13 @@ struct Qp {
 inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
 inline Qp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<Qp*>(q); }
 
+// The posting rule (verbs_datapath.cc): 0 if work may be posted to that
+// queue of q now, else EINVAL. From the state the engine publishes.
+enum class WorkQueue : uint8_t { kSend, kRecv };
+int post_allowed(const Qp* q, WorkQueue wq);
+// The QP's state as the engine has it now (not the cached ibqp->state).
+ibv_qp_state engine_state(const Qp* q);
+
 // Datapath entry points placed in context->ops (verbs_datapath.cc).
 int poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
 int req_notify_cq(ibv_cq* cq, int solicited_only);

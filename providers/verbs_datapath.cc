@@ -56,7 +56,34 @@ uint8_t map_send_flags(unsigned flags) {
 
 bool sq_full(Qp* q) { return q->sq_prod - q->handle.sq.load_cons_acquire() >= q->handle.sq.size(); }
 
+// Tells the QP's worker that its rings changed and has it run now.
+void ring_doorbell(Qp* q) {
+  engine::Device* eng = to_ctx(q->qpx.qp_base.context)->s->engine;
+  eng->Doorbell(q->handle, /*wake=*/false);
+  eng->Kick(q->handle);  // send now on this thread rather than wake the worker
+}
+
 }  // namespace
+
+ibv_qp_state engine_state(const Qp* q) {
+  return static_cast<ibv_qp_state>(q->handle.shared->state.load(std::memory_order_acquire));
+}
+
+// The one rule for "may work be posted now", for every posting verb
+// (ibv_post_send, ibv_wr_start, ibv_bind_mw, ibv_post_recv). It reads the
+// state the engine publishes, not ibqp->state, which only ibv_modify_qp and
+// ibv_query_qp update while the engine moves a QP to ERR by itself.
+// Send queue: RTS, SQD (held until RTS), SQE and ERR (flushed) — IBA
+// 11.4.1.1; earlier states are an immediate error, as rxe's `state < RTS`
+// check. Receive queue: any state but RESET (IBA 11.4.1.2), never on a QP
+// that uses an SRQ.
+int post_allowed(const Qp* q, WorkQueue wq) {
+  const ibv_qp_state s = engine_state(q);
+  if (wq == WorkQueue::kSend) {
+    return s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE || s == IBV_QPS_ERR ? 0 : EINVAL;
+  }
+  return s != IBV_QPS_RESET && q->qpx.qp_base.srq == nullptr ? 0 : EINVAL;
+}
 
 int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (ibcq == nullptr || n < 0 || (n > 0 && wc == nullptr)) return -EINVAL;
@@ -110,7 +137,9 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 // Writes one send WQE at the producer index; returns 0 or an errno.
-static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
+// `type1_bind`: the request comes from ibv_bind_mw, the only way a type 1
+// window is bound (ibv_post_send binds type 2 windows only).
+static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   queue::WqeOp op;
   const ibv_qp_type type = q->qpx.qp_base.qp_type;
   if (!map_send_op(type, wr->opcode, &op)) return EINVAL;
@@ -132,18 +161,19 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
       w.imm_data = 0;
       break;
     case queue::WqeOp::kBindMw: {
-      // Type 2 windows are bound through ibv_post_send (type 1: ibv_bind_mw).
+      // A type 2 window needs an MR and a length (it is unbound by
+      // invalidation); a type 1 window is unbound by a bind without an MR.
       const ibv_mw* mw = wr->bind_mw.mw;
       const ibv_mw_bind_info& bi = wr->bind_mw.bind_info;
-      if (mw == nullptr || mw->type != IBV_MW_TYPE_2 || bi.mr == nullptr || bi.length == 0 ||
-          (wr->bind_mw.rkey >> 8) != (mw->rkey >> 8)) {
+      if (mw == nullptr || mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2) ||
+          (wr->bind_mw.rkey >> 8) != (mw->rkey >> 8) || (!type1_bind && (bi.mr == nullptr || bi.length == 0))) {
         return EINVAL;
       }
       w.rkey = wr->bind_mw.rkey;
       w.remote_addr = bi.addr;
-      w.compare_add = bi.length;
-      w.swap = uint64_t{bi.mr->lkey} | (uint64_t{bi.mw_access_flags} << 32);
-      w.ah = 2;
+      w.compare_add = bi.mr != nullptr ? bi.length : 0;
+      w.swap = uint64_t{bi.mr != nullptr ? bi.mr->lkey : 0} | (uint64_t{bi.mw_access_flags} << 32);
+      w.ah = mw->type;
       w.imm_data = 0;
       break;
     }
@@ -203,24 +233,19 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr) {
   return 0;
 }
 
-int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
-  if (ibqp == nullptr) return EINVAL;
-  Qp* q = to_qp(ibqp);
+// The one path onto the send queue (ibv_post_send, ibv_bind_mw).
+static int post_send_wrs(Qp* q, const ibv_send_wr* wr, ibv_send_wr** bad, bool type1_bind) {
   int rc = 0;
   {
     std::lock_guard<std::mutex> l(q->sq_mu);
-    // Posting before RTS is an error (rxe: EINVAL); in ERR the WQEs complete
-    // as flushed.
-    // In SQD WQEs may be posted; they start once the QP is back in RTS.
-    if (ibqp->state != IBV_QPS_RTS && ibqp->state != IBV_QPS_SQD && ibqp->state != IBV_QPS_ERR) {
-      rc = EINVAL;
-      if (bad) *bad = wr;
+    if ((rc = post_allowed(q, WorkQueue::kSend)) != 0) {
+      if (bad) *bad = const_cast<ibv_send_wr*>(wr);
       return rc;
     }
     const uint32_t start = q->sq_prod;
     for (; wr != nullptr; wr = wr->next) {
-      if ((rc = write_send_wqe(q, wr)) != 0) {
-        if (bad) *bad = wr;
+      if ((rc = write_send_wqe(q, wr, type1_bind)) != 0) {
+        if (bad) *bad = const_cast<ibv_send_wr*>(wr);
         break;
       }
     }
@@ -228,10 +253,13 @@ int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (q->sq_prod != start) q->handle.sq.publish_prod(q->sq_prod);
     else return rc;
   }
-  engine::Device* eng = to_ctx(ibqp->context)->s->engine;
-  eng->Doorbell(q->handle, /*wake=*/false);
-  eng->Kick(q->handle);  // send now on this thread rather than wake the worker
+  ring_doorbell(q);  // in ERR the engine flushes what was posted
   return rc;
+}
+
+int post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  if (ibqp == nullptr) return EINVAL;
+  return post_send_wrs(to_qp(ibqp), wr, bad, /*type1_bind=*/false);
 }
 
 int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
@@ -240,9 +268,9 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   int rc = 0;
   {
     std::lock_guard<std::mutex> l(q->rq_mu);
-    if (ibqp->state == IBV_QPS_RESET || ibqp->srq != nullptr) {
+    if ((rc = post_allowed(q, WorkQueue::kRecv)) != 0) {
       if (bad) *bad = wr;
-      return EINVAL;
+      return rc;
     }
     const uint32_t start = q->rq_prod;
     queue::Ring& rq = q->handle.rq;
@@ -271,12 +299,11 @@ int post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   }
   // The responder reads the RQ when a request arrives: no doorbell (and no
   // wakeup) is needed, except in the error state, where new receive WQEs
-  // must be flushed.
-  if (ibqp->state == IBV_QPS_ERR) {
-    engine::Device* eng = to_ctx(ibqp->context)->s->engine;
-    eng->Doorbell(q->handle, /*wake=*/false);
-    eng->Kick(q->handle);
-  }
+  // must be flushed. P1 (with the producer store above): pairs with S1 in
+  // transport::Qp::SetState — either the engine entering ERR sees these
+  // WQEs and flushes them, or we see ERR here and ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (engine_state(q) == IBV_QPS_ERR) ring_doorbell(q);
   return rc;
 }
 
@@ -339,7 +366,7 @@ void wr_start(ibv_qp_ex* qpx) {
   q->sq_mu.lock();
   q->wr_start_prod = q->sq_prod;
   q->wr_cur = nullptr;
-  q->wr_err = (qpx->qp_base.state == IBV_QPS_RTS || qpx->qp_base.state == IBV_QPS_ERR) ? 0 : EINVAL;
+  q->wr_err = post_allowed(q, WorkQueue::kSend);
 }
 
 int wr_complete(ibv_qp_ex* qpx) {
@@ -355,9 +382,7 @@ int wr_complete(ibv_qp_ex* qpx) {
   q->wr_cur = nullptr;
   q->sq_mu.unlock();
   if (ring) {
-    engine::Device* eng = to_ctx(qpx->qp_base.context)->s->engine;
-    eng->Doorbell(q->handle, /*wake=*/false);
-    eng->Kick(q->handle);
+    ring_doorbell(q);
   }
   return err;
 }
@@ -642,36 +667,21 @@ int dealloc_mw(ibv_mw* mw) {
   return 0;
 }
 
-// ibv_bind_mw (type 1): a bind work request on the QP; the window's rkey
-// changes as the verb returns (ibv_bind_mw(3)).
+// ibv_bind_mw (type 1): a bind work request on the QP, posted as
+// ibv_post_send posts one (rdma-core's providers do the same); the window's
+// rkey changes as the verb returns (ibv_bind_mw(3)).
 int bind_mw(ibv_qp* ibqp, ibv_mw* mw, ibv_mw_bind* bind) {
-  if (ibqp == nullptr || mw == nullptr || bind == nullptr || mw->type != IBV_MW_TYPE_1 ||
-      ibqp->qp_type == IBV_QPT_UD) {
-    return EINVAL;
-  }
-  Qp* q = to_qp(ibqp);
-  const uint32_t new_rkey = ibv_inc_rkey(mw->rkey);
-  {
-    std::lock_guard<std::mutex> l(q->sq_mu);
-    if (ibqp->state != IBV_QPS_RTS) return EINVAL;
-    if (sq_full(q)) return ENOMEM;
-    queue::SendWqe w{};
-    w.wr_id = bind->wr_id;
-    w.op = queue::WqeOp::kBindMw;
-    w.flags = map_send_flags(bind->send_flags);
-    w.rkey = new_rkey;
-    const ibv_mw_bind_info& bi = bind->bind_info;
-    w.remote_addr = bi.addr;
-    w.compare_add = bi.mr != nullptr ? bi.length : 0;
-    w.swap = uint64_t{bi.mr != nullptr ? bi.mr->lkey : 0} | (uint64_t{bi.mw_access_flags} << 32);
-    w.ah = 1;
-    std::memcpy(q->handle.sq.slot(q->sq_prod), &w, sizeof(w));
-    q->handle.sq.publish_prod(++q->sq_prod);
-  }
-  mw->rkey = new_rkey;
-  engine::Device* eng = to_ctx(ibqp->context)->s->engine;
-  eng->Doorbell(q->handle, /*wake=*/false);
-  eng->Kick(q->handle);
+  if (ibqp == nullptr || mw == nullptr || bind == nullptr) return EINVAL;
+  ibv_send_wr wr{};
+  wr.wr_id = bind->wr_id;
+  wr.opcode = IBV_WR_BIND_MW;
+  wr.send_flags = bind->send_flags;
+  wr.bind_mw.mw = mw;
+  wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+  wr.bind_mw.bind_info = bind->bind_info;
+  ibv_send_wr* bad = nullptr;
+  if (int rc = post_send_wrs(to_qp(ibqp), &wr, &bad, /*type1_bind=*/true); rc != 0) return rc;
+  mw->rkey = wr.bind_mw.rkey;
   return 0;
 }
 

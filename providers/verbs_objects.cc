@@ -531,6 +531,7 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
   auto a = engine_of(qp->context)->QueryQp(qp->qp_num);
   if (!a.ok()) return status_errno(a.status());
   from_attr(*a, attr);
+  qp->state = attr->qp_state;  // as libibverbs' ibv_query_qp does
   attr->cap.max_send_wr = q->handle.caps.max_send_wr;
   attr->cap.max_recv_wr = q->handle.caps.max_recv_wr;
   attr->cap.max_send_sge = q->handle.caps.max_send_sge;

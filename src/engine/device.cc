@@ -424,6 +424,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   h.rq = queue::Ring::Init(static_cast<uint8_t*>(shm->data()) + sq_len, caps.max_recv_wr, rstride);
   h.shared = new (static_cast<uint8_t*>(shm->data()) + sq_len + rq_len) QpShared();
   h.shared->doorbell_pending.store(0, std::memory_order_relaxed);
+  h.shared->state.store(static_cast<uint32_t>(transport::QpState::kReset), std::memory_order_relaxed);
   h.caps = caps;
   entry->shm = std::move(*shm);
   entry->shared = h.shared;
@@ -468,6 +469,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.pd = a.pd;
     init.sq_sig_all = a.sq_sig_all;
     init.caps = caps;
+    init.state_word = &h.shared->state;
     init.sq = h.sq;
     init.rq = h.rq;
     init.send_cq = scq->second.producer.get();

@@ -63,6 +63,12 @@ struct PortInfo {
 // Per-QP words shared with the provider (after the SQ and RQ rings).
 struct QpShared {
   alignas(queue::kCacheLine) std::atomic<uint32_t> doorbell_pending;
+  // The QP's state (enum ibv_qp_state) as the engine has it, written by the
+  // transport at every change, including those it makes by itself (retry
+  // exceeded, a full CQ, a corrupt ring, an SRQ error, a dead device); the
+  // provider's posting rule reads it. Same cache line as the doorbell flag,
+  // which every post touches anyway.
+  std::atomic<uint32_t> state;
 };
 
 // Receives asynchronous events (IBV_EVENT_*) for QPs and SRQs; called on the

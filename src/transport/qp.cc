@@ -46,7 +46,8 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
       send_cq_(init.send_cq),
       recv_cq_(init.recv_cq),
       port_(init.port),
-      env_(env) {
+      env_(env),
+      state_word_(init.state_word) {
   send_ctx_.resize(sq_.size());
   send_sge_.resize(size_t{sq_.size()} * caps_.max_send_sge);
   send_inline_.resize(size_t{sq_.size()} * caps_.max_inline);
@@ -237,7 +238,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   }
 
   if (next != cur) {
-    attr_.state = next;
+    SetState(next);
     if (next == QpState::kReset) {
       ResetQueues();
     } else if (next == QpState::kErr) {
@@ -277,11 +278,25 @@ void Qp::ResetQueues() {
   msn_ = 0;
   mac_valid_ = false;
   attr_ = QpAttr{};
+  SetState(QpState::kReset);
   ResetUdMtu();
 }
 
+void Qp::SetState(QpState s) {
+  attr_.state = s;
+  if (state_word_ == nullptr) return;
+  // S1 (seq_cst, with the fence after it): the provider's post_recv
+  // publishes its producer index, fences (P1), then reads this word; we
+  // store the word, fence, then read the producer index (FlushAll, the
+  // doorbell path). Dekker: at least one side sees the other, so a receive
+  // posted while the QP enters ERR is either flushed here or rung for by
+  // the provider (providers/verbs_datapath.cc, post_allowed).
+  state_word_->store(static_cast<uint32_t>(s), std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 void Qp::EnterError() {
-  attr_.state = QpState::kErr;
+  SetState(QpState::kErr);
   rnr_wait_ = false;
   unacked_psn_ = next_psn_;
   resp_head_ = resp_tail_ = 0;

@@ -5,6 +5,7 @@
 // (modify) and error flushing.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -176,6 +177,9 @@ struct QpInit {
   cq::CqProducer* send_cq = nullptr;
   cq::CqProducer* recv_cq = nullptr;
   PortAddr port;
+  // Where the QP publishes its state (enum ibv_qp_state) for the provider,
+  // which decides from it whether work may be posted; nullptr: nowhere.
+  std::atomic<uint32_t>* state_word = nullptr;
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -318,6 +322,8 @@ class Qp {
   bool BuildAck(const Response& r);
   // qp.cc
   bool ModifyAllowed(QpState cur, QpState next, uint32_t mask) const;
+  // Every state change goes through here: it publishes the new state.
+  void SetState(QpState s);
   void EnterError();
   void FlushAll();
   // A work queue whose shared producer index is more than its capacity ahead
@@ -354,6 +360,7 @@ class Qp {
   cq::CqProducer* recv_cq_;
   PortAddr port_;
   TransportEnv* env_;
+  std::atomic<uint32_t>* state_word_;
   QpAttr attr_;
   wire::Ipv6Addr dgid_{};  // RC/UC destination, from the address vector
   uint16_t udp_sport_ = 0xC000;

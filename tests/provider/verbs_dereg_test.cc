@@ -71,7 +71,9 @@ TEST_F(Dereg, RegionIsNeverWrittenAfterIbvDeregMrReturns) {
     for (size_t i = 0; i < kLen; ++i) written += dst[i] != kReused;
     EXPECT_EQ(written, 0u) << "trial " << trial << ": bytes written after ibv_dereg_mr returned";
     // The responder's QP is in the error state (class C error, IBA 9.9.3.1).
-    if (early.empty()) EXPECT_EQ(State(b), IBV_QPS_ERR);
+    if (early.empty()) {
+      EXPECT_EQ(State(b), IBV_QPS_ERR);
+    }
     for (ibv_qp* q : {a, b}) {
       EXPECT_EQ(ibv_destroy_qp(q), 0);
       qps_.erase(std::find(qps_.begin(), qps_.end(), q));

@@ -8,7 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <new>
 #include <vector>
 
@@ -66,6 +68,30 @@ TEST(DeviceFatal, AnExceptionInTheEngineKillsTheDeviceCleanly) {
   ASSERT_EQ(got, 1);
   EXPECT_EQ(wc.wr_id, 7u);
   EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+  // The one posting rule reads the engine's state (ERR), not the cached one
+  // (INIT, refreshed only by the ibv_query_qp below): a receive and a send
+  // posted now are accepted and flushed at once.
+  EXPECT_EQ(qp->state, IBV_QPS_INIT);
+  rwr.wr_id = 8;
+  ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
+  ibv_send_wr swr{};
+  swr.wr_id = 9;
+  swr.sg_list = &sge;
+  swr.num_sge = 1;
+  swr.opcode = IBV_WR_SEND;
+  swr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* sbad = nullptr;
+  ASSERT_EQ(ibv_post_send(qp, &swr, &sbad), 0);
+  std::vector<uint64_t> flushed;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (flushed.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    if (ibv_poll_cq(cq, 1, &wc) == 1) {
+      EXPECT_EQ(wc.status, IBV_WC_WR_FLUSH_ERR) << "wr " << wc.wr_id;
+      flushed.push_back(wc.wr_id);
+    }
+  }
+  std::sort(flushed.begin(), flushed.end());
+  EXPECT_EQ(flushed, (std::vector<uint64_t>{8, 9})) << "posts on a dead device are flushed at once";
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(qp, &q, IBV_QP_STATE, &qi), 0);
