@@ -4,6 +4,31 @@
 
 namespace droce::mem {
 
+absl::StatusOr<uint32_t> MrTable::NewKey() {
+  uint32_t index;
+  if (free_.size() > kQuarantine || (slots_.size() >= (1u << 24) && !free_.empty())) {
+    index = free_.front();
+    free_.pop_front();
+    ++slots_[index].variant;  // a stale key of this slot no longer matches
+  } else {
+    if (slots_.size() >= (1u << 24)) return absl::ResourceExhaustedError("MR and MW keys exhausted");
+    index = static_cast<uint32_t>(slots_.size());
+    slots_.emplace_back();
+    // New slots start from varied variants, so keys are not just a count.
+    variant_ = static_cast<uint8_t>(variant_ * 37 + 11);
+    slots_[index].variant = variant_;
+  }
+  return (index << 8) | slots_[index].variant;
+}
+
+void MrTable::Free(uint32_t index) {
+  Slot& s = slots_[index];
+  s.kind = Slot::kFree;
+  s.mr = Mr{};
+  s.mw = Mw{};
+  free_.push_back(index);
+}
+
 absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
                                      uint32_t access) {
   // IBA 10.6.3.1: remote write or atomic rights need local write.
@@ -11,39 +36,47 @@ absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, 
     return absl::InvalidArgumentError("remote write/atomic access requires local write");
   }
   if (length != 0 && iova + length < iova) return absl::InvalidArgumentError("range wraps");
-  if (next_index_ >= (1u << 24)) return absl::ResourceExhaustedError("MR keys exhausted");
-  // The low byte varies between registrations so that a stale key from a
-  // deregistered MR does not silently match a new one.
-  variant_ = static_cast<uint8_t>(variant_ * 37 + 11);
-  const uint32_t key = (next_index_++ << 8) | variant_;
-  Mr mr{pd, key, access, iova, host, length};
-  mrs_.emplace(key, mr);
-  return mr;
+  absl::StatusOr<uint32_t> key = NewKey();
+  if (!key.ok()) return key.status();
+  Slot& s = slots_[*key >> 8];
+  s.kind = Slot::kMr;
+  s.mr = Mr{pd, *key, access, iova, host, length};
+  ++live_mrs_;
+  return s.mr;
 }
 
-bool MrTable::Deregister(uint32_t key) { return mrs_.erase(key) == 1; }
+bool MrTable::Deregister(uint32_t key) {
+  if (Find(key) == nullptr) return false;
+  Free(key >> 8);
+  --live_mrs_;
+  return true;
+}
 
 absl::StatusOr<uint32_t> MrTable::AllocMw(uint32_t pd, uint8_t type) {
   if (type != 1 && type != 2) return absl::InvalidArgumentError("memory window type");
-  if (next_index_ >= (1u << 24)) return absl::ResourceExhaustedError("keys exhausted");
-  variant_ = static_cast<uint8_t>(variant_ * 37 + 11);
-  const uint32_t rkey = (next_index_++ << 8) | variant_;
-  Mw mw;
-  mw.pd = pd;
-  mw.type = type;
-  mw.rkey = rkey;
-  mws_.emplace(rkey >> 8, mw);
-  return rkey;
+  absl::StatusOr<uint32_t> rkey = NewKey();
+  if (!rkey.ok()) return rkey.status();
+  Slot& s = slots_[*rkey >> 8];
+  s.kind = Slot::kMw;
+  s.mw = Mw{};
+  s.mw.pd = pd;
+  s.mw.type = type;
+  s.mw.rkey = *rkey;
+  return *rkey;
 }
 
-bool MrTable::DeallocMw(uint32_t rkey) { return mws_.erase(rkey >> 8) == 1; }
+bool MrTable::DeallocMw(uint32_t rkey) {
+  if (FindMw(rkey) == nullptr) return false;
+  Free(rkey >> 8);
+  return true;
+}
 
 BindError MrTable::Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_t qpn, uint32_t mr_key,
                         uint64_t iova, uint64_t length, uint32_t access) {
   std::lock_guard<SpinLock> l(mw_lock_);
-  auto w = mws_.find(new_rkey >> 8);
-  if (w == mws_.end() || w->second.type != type) return BindError::kBadMw;
-  Mw& mw = w->second;
+  Slot* w = SlotOf(new_rkey);
+  if (w == nullptr || w->kind != Slot::kMw || w->mw.type != type) return BindError::kBadMw;
+  Mw& mw = w->mw;
   // IBA 10.6.7.2: a type 2 window is bound only while invalid, through a QP
   // of its PD; the new rkey's index must stay the window's.
   if (type == 2 && mw.bound) return BindError::kBadRkey;
@@ -53,9 +86,9 @@ BindError MrTable::Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_
     mw.rkey = new_rkey;
     return BindError::kOk;
   }
-  auto m = mrs_.find(mr_key);
-  if (m == mrs_.end()) return BindError::kBadMr;
-  const Mr& mr = m->second;
+  const Mr* m = Find(mr_key);
+  if (m == nullptr) return BindError::kBadMr;
+  const Mr& mr = *m;
   if (mr.pd != mw.pd) return BindError::kWrongPd;
   if (!(mr.access & kMwBind)) return BindError::kNoBindRight;
   // Remote write/atomic rights through a window need local write on the MR.
@@ -75,51 +108,49 @@ BindError MrTable::Bind(uint32_t new_rkey, uint8_t type, uint32_t qp_pd, uint32_
 
 bool MrTable::Invalidate(uint32_t rkey, uint32_t pd) {
   std::lock_guard<SpinLock> l(mw_lock_);
-  auto w = mws_.find(rkey >> 8);
-  if (w == mws_.end() || w->second.type != 2 || !w->second.bound || w->second.rkey != rkey ||
-      w->second.pd != pd) {
+  Slot* w = SlotOf(rkey);
+  if (w == nullptr || w->kind != Slot::kMw || w->mw.type != 2 || !w->mw.bound || w->mw.rkey != rkey ||
+      w->mw.pd != pd) {
     return false;
   }
-  w->second.bound = false;
+  w->mw.bound = false;
   return true;
 }
 
 bool MrTable::HasBoundWindows(uint32_t mr_key) const {
-  for (const auto& [i, w] : mws_) {
-    if (w.bound && w.mr_key == mr_key) return true;
+  for (const Slot& s : slots_) {
+    if (s.kind == Slot::kMw && s.mw.bound && s.mw.mr_key == mr_key) return true;
   }
   return false;
 }
 
 AccessError MrTable::Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t len, uint32_t need,
                            uint8_t** host) const {
-  auto it = mrs_.find(key);
-  if (it == mrs_.end()) {
+  const Slot* s = SlotOf(key);
+  if (s == nullptr) return AccessError::kBadKey;
+  const Mr* mr = s->kind == Slot::kMr && s->mr.key == key ? &s->mr : nullptr;
+  if (mr == nullptr) {
+    if (s->kind != Slot::kMw) return AccessError::kBadKey;
     // A memory window: remote rights only, inside the window, then the MR.
     std::lock_guard<SpinLock> l(mw_lock_);
-    auto w = mws_.find(key >> 8);
-    if (w == mws_.end() || !w->second.bound || w->second.rkey != key || need == 0 ||
-        (need & kLocalWrite)) {
-      return AccessError::kBadKey;
-    }
-    const Mw& mw = w->second;
+    const Mw& mw = s->mw;
+    if (!mw.bound || mw.rkey != key || need == 0 || (need & kLocalWrite)) return AccessError::kBadKey;
     if (mw.pd != pd) return AccessError::kWrongPd;
     if ((mw.access & need) != need) return AccessError::kNoRights;
     if (iova < mw.iova || len > mw.length || iova - mw.iova > mw.length - len) {
       return AccessError::kOutOfBounds;
     }
-    it = mrs_.find(mw.mr_key);
-    if (it == mrs_.end()) return AccessError::kBadKey;
-    *host = reinterpret_cast<uint8_t*>(it->second.host + (iova - it->second.iova));
+    mr = Find(mw.mr_key);
+    if (mr == nullptr) return AccessError::kBadKey;
+    *host = reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova));
     return AccessError::kOk;
   }
-  const Mr& mr = it->second;
-  if (mr.pd != pd) return AccessError::kWrongPd;
-  if ((mr.access & need) != need) return AccessError::kNoRights;
-  if (iova < mr.iova || len > mr.length || iova - mr.iova > mr.length - len) {
+  if (mr->pd != pd) return AccessError::kWrongPd;
+  if ((mr->access & need) != need) return AccessError::kNoRights;
+  if (iova < mr->iova || len > mr->length || iova - mr->iova > mr->length - len) {
     return AccessError::kOutOfBounds;
   }
-  *host = reinterpret_cast<uint8_t*>(mr.host + (iova - mr.iova));
+  *host = reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova));
   return AccessError::kOk;
 }
 

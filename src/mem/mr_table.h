@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <utility>
+#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/spin_lock.h"
 
@@ -54,6 +56,14 @@ enum class BindError : uint8_t { kOk = 0, kBadMw, kBadMr, kWrongPd, kNoBindRight
 // device's control calls), but windows are bound and invalidated by work
 // requests and SENDs on any worker, so window state is read and written
 // under the table's window lock (set_concurrent).
+//
+// Keys are (index << 8) | variant, as an RNIC's: the index names a slot of
+// a dense table, so the check that every packet touching memory makes is an
+// array access and a compare, not a search. A freed index waits in a FIFO
+// until kQuarantine others have been freed after it, and each reuse of a
+// slot steps its variant, so a stale key (a deregistered MR, a window's old
+// binding) could match a slot's new occupant only after 256 reuses of that
+// slot, that is after at least 256 × kQuarantine deregistrations.
 class MrTable {
  public:
   void set_concurrent(bool on) { mw_lock_.set_enabled(on); }
@@ -61,17 +71,18 @@ class MrTable {
                               uint32_t access);
   bool Deregister(uint32_t key);
   const Mr* Find(uint32_t key) const {
-    auto it = mrs_.find(key);
-    return it == mrs_.end() ? nullptr : &it->second;
+    const Slot* s = SlotOf(key);
+    return s != nullptr && s->kind == Slot::kMr && s->mr.key == key ? &s->mr : nullptr;
   }
-  size_t size() const { return mrs_.size(); }
+  size_t size() const { return live_mrs_; }
 
   // Memory windows.
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type);
   bool DeallocMw(uint32_t rkey);
+  // The window whose index is rkey >> 8, whatever its current variant.
   const Mw* FindMw(uint32_t rkey) const {
-    auto it = mws_.find(rkey >> 8);
-    return it == mws_.end() ? nullptr : &it->second;
+    const Slot* s = SlotOf(rkey);
+    return s != nullptr && s->kind == Slot::kMw ? &s->mw : nullptr;
   }
   // Binds (length != 0) or unbinds (length == 0) the window whose index is
   // new_rkey >> 8 to [iova, iova+length) of MR mr_key, giving it new_rkey.
@@ -88,10 +99,27 @@ class MrTable {
                     uint8_t** host) const;
 
  private:
-  absl::flat_hash_map<uint32_t, Mr> mrs_;
-  absl::flat_hash_map<uint32_t, Mw> mws_;  // by index (rkey >> 8)
+  static constexpr size_t kQuarantine = 1024;
+  struct Slot {
+    enum Kind : uint8_t { kFree, kMr, kMw } kind = kFree;
+    uint8_t variant = 0;  // of the slot's latest key; kept while free
+    Mr mr;                // kMr
+    Mw mw;                // kMw
+  };
+  const Slot* SlotOf(uint32_t key) const {
+    const uint32_t i = key >> 8;
+    return i < slots_.size() ? &slots_[i] : nullptr;
+  }
+  Slot* SlotOf(uint32_t key) { return const_cast<Slot*>(std::as_const(*this).SlotOf(key)); }
+  // A free slot and a fresh key for it; ResourceExhausted when every one of
+  // the 2^24 indexes is in use or quarantined.
+  absl::StatusOr<uint32_t> NewKey();
+  void Free(uint32_t index);
+
+  std::vector<Slot> slots_ = std::vector<Slot>(1);  // index 0 is never used
+  std::deque<uint32_t> free_;  // freed indexes, oldest first
+  size_t live_mrs_ = 0;
   mutable SpinLock mw_lock_;
-  uint32_t next_index_ = 1;
   uint8_t variant_ = 0;
 };
 
