@@ -49,12 +49,7 @@ class PostRule : public Loopback {
 
     ibv_qp_ex* qx = ibv_qp_to_qp_ex(qp);
     if (qx != nullptr && qx->wr_send != nullptr) {
-      ibv_wr_start(qx);
-      qx->wr_id = 902;
-      qx->wr_flags = IBV_SEND_SIGNALED;
-      ibv_wr_send(qx);
-      ibv_wr_set_sge(qx, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data()), 16);
-      ASSERT_EQ(ibv_wr_complete(qx), 0) << "ibv_wr_* in ERR is accepted";
+      ASSERT_EQ(WrSend(qx, 902, IBV_SEND_SIGNALED), 0) << "ibv_wr_* in ERR is accepted";
       s = Poll(scq, 1, kPrompt);
       ASSERT_EQ(s.size(), 1u);
       EXPECT_EQ(s[0].wr_id, 902u);
@@ -86,6 +81,15 @@ class PostRule : public Loopback {
     EXPECT_EQ(State(qp), IBV_QPS_ERR);
     EXPECT_EQ(qp->state, IBV_QPS_ERR);
   }
+  // One SEND of 16 bytes through ibv_wr_*; returns ibv_wr_complete's result.
+  int WrSend(ibv_qp_ex* qx, uint64_t wr_id, unsigned flags) {
+    ibv_wr_start(qx);
+    qx->wr_id = wr_id;
+    qx->wr_flags = flags;
+    ibv_wr_send(qx);
+    ibv_wr_set_sge(qx, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data()), 16);
+    return ibv_wr_complete(qx);
+  }
   // An RC QP created through ibv_create_qp_ex, so that ibv_wr_* works on it.
   ibv_qp* CreateExQp(ibv_cq* scq, ibv_cq* rcq) {
     ibv_qp_init_attr_ex a{};
@@ -116,12 +120,7 @@ TEST_F(PostRule, StatesBeforeRtsAreRefusedTheSameByEveryVerb) {
   ibv_mw_bind b{};
   auto expect_send_side = [&](int want, const char* state) {
     EXPECT_EQ(PostSend(a, 1, 0, 8), want) << "ibv_post_send in " << state;
-    ibv_wr_start(qx);
-    qx->wr_id = 2;
-    qx->wr_flags = 0;
-    ibv_wr_send(qx);
-    ibv_wr_set_sge(qx, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data()), 8);
-    EXPECT_EQ(ibv_wr_complete(qx), want) << "ibv_wr_* in " << state;
+    EXPECT_EQ(WrSend(qx, 2, 0), want) << "ibv_wr_* in " << state;
     const uint32_t rkey = mw->rkey;
     EXPECT_EQ(ibv_bind_mw(a, mw, &b), want) << "ibv_bind_mw in " << state;
     if (want != 0) {
@@ -149,13 +148,7 @@ TEST_F(PostRule, SqdAcceptsWorkForLater) {
   ASSERT_EQ(PostRecv(b, 10, 4096, 64), 0);
   ASSERT_EQ(PostRecv(b, 11, 4096, 64), 0);
   EXPECT_EQ(PostSend(a, 20, 0, 8), 0) << "ibv_post_send in SQD";
-  ibv_qp_ex* qx = ibv_qp_to_qp_ex(a);
-  ibv_wr_start(qx);
-  qx->wr_id = 21;
-  qx->wr_flags = IBV_SEND_SIGNALED;
-  ibv_wr_send(qx);
-  ibv_wr_set_sge(qx, mr_->lkey, reinterpret_cast<uint64_t>(buf_.data()), 8);
-  EXPECT_EQ(ibv_wr_complete(qx), 0) << "ibv_wr_* in SQD";
+  EXPECT_EQ(WrSend(ibv_qp_to_qp_ex(a), 21, IBV_SEND_SIGNALED), 0) << "ibv_wr_* in SQD";
   EXPECT_TRUE(Poll(scq_, 1, std::chrono::milliseconds(100)).empty()) << "SQD holds new work";
   ibv_qp_attr r{};
   r.qp_state = IBV_QPS_RTS;

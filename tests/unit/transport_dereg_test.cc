@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -82,20 +83,33 @@ size_t Changed(const SimQp& q, size_t off, size_t len, uint8_t v) {
   return n;
 }
 
-// One WRITE of 32 packets; the MR is deregistered after the FIRST packet
-// was placed and before the MIDDLE ones arrive.
-TEST(DeregMidMessage, RcWriteAfterDeregNaksAndWritesNothing) {
-  Bare t(1);
+// One 8 KiB WRITE (32 packets) from a into b's [4096, 12288) with `rkey`:
+// the FIRST packet lands, the rest is held back while `revoke` takes the
+// access away and the application reuses the memory, then released.
+// Returns a's completions.
+std::vector<queue::Cqe> WriteAcrossRevocation(Bare& t, uint32_t rkey, const std::function<void()>& revoke) {
   SimQp &a = t.p.a, &b = t.p.b;
-  const uint32_t rkey = t.Reg(b, 4096, 8192);
-  t.Hold({wire::kRcWriteMiddle, wire::kRcWriteLast});
+  const bool uc = a.qp->type() == QpType::kUc;
+  t.Hold(uc ? std::vector<uint8_t>{wire::kUcWriteMiddle, wire::kUcWriteLast}
+            : std::vector<uint8_t>{wire::kRcWriteMiddle, wire::kRcWriteLast});
   a.PostOp(queue::WqeOp::kWrite, 7, 0, 8192, b.Addr(4096), rkey);
-  ASSERT_TRUE(t.p.net.Run([&] { return t.held.size() == 31; }));
-  ASSERT_EQ(0, std::memcmp(b.buf.data() + 4096, a.buf.data(), 256));  // FIRST landed
-  ASSERT_TRUE(b.env->mrs.Deregister(rkey));
+  EXPECT_TRUE(t.p.net.Run([&] { return t.held.size() == 31; }));
+  EXPECT_EQ(0, std::memcmp(b.buf.data() + 4096, a.buf.data(), 256));  // FIRST landed
+  revoke();
   std::memset(b.buf.data() + 4096, kReused, 8192);  // the application reuses it
   t.Release();
-  const auto c = t.SendCqes(a, 1);
+  auto c = t.SendCqes(a, 1);
+  t.p.net.Run([&] { return t.p.net.link.idle(); });
+  return c;
+}
+
+// The MR is deregistered after the FIRST packet was placed and before the
+// MIDDLE ones arrive.
+TEST(DeregMidMessage, RcWriteAfterDeregNaksAndWritesNothing) {
+  Bare t(1);
+  SimQp& b = t.p.b;
+  const uint32_t rkey = t.Reg(b, 4096, 8192);
+  const auto c = WriteAcrossRevocation(t, rkey, [&] { ASSERT_TRUE(b.env->mrs.Deregister(rkey)); });
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].wr_id, 7u);
   EXPECT_EQ(c[0].status, queue::wc::kRemAccessErr);
@@ -109,18 +123,12 @@ TEST(DeregMidMessage, RcWriteAfterDeregNaksAndWritesNothing) {
 // invalidate on the responder's side) between two packets.
 TEST(DeregMidMessage, RcWriteAfterWindowInvalidateWritesNothing) {
   Bare t(2);
-  SimQp &a = t.p.a, &b = t.p.b;
+  SimQp& b = t.p.b;
   const uint32_t mr = t.Reg(b, 0, 32768, kRemote | mem::kMwBind);
   const uint32_t mw = *b.env->mrs.AllocMw(kSimPd, 2);
   ASSERT_EQ(b.env->mrs.Bind(mw, 2, kSimPd, b.qp->qpn(), mr, b.Addr(4096), 8192, mem::kRemoteWrite),
             mem::BindError::kOk);
-  t.Hold({wire::kRcWriteMiddle, wire::kRcWriteLast});
-  a.PostOp(queue::WqeOp::kWrite, 8, 0, 8192, b.Addr(4096), mw);
-  ASSERT_TRUE(t.p.net.Run([&] { return t.held.size() == 31; }));
-  ASSERT_TRUE(b.env->mrs.Invalidate(mw, kSimPd));
-  std::memset(b.buf.data() + 4096, kReused, 8192);
-  t.Release();
-  const auto c = t.SendCqes(a, 1);
+  const auto c = WriteAcrossRevocation(t, mw, [&] { ASSERT_TRUE(b.env->mrs.Invalidate(mw, kSimPd)); });
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, queue::wc::kRemAccessErr);
   EXPECT_EQ(Changed(b, 4096, 8192, kReused), 0u) << "bytes written through an invalidated window";
@@ -129,20 +137,15 @@ TEST(DeregMidMessage, RcWriteAfterWindowInvalidateWritesNothing) {
 // A type 1 window unbound (a bind of length 0) between two packets.
 TEST(DeregMidMessage, RcWriteAfterWindowUnbindWritesNothing) {
   Bare t(3);
-  SimQp &a = t.p.a, &b = t.p.b;
+  SimQp& b = t.p.b;
   const uint32_t mr = t.Reg(b, 0, 32768, kRemote | mem::kMwBind);
   const uint32_t mw = *b.env->mrs.AllocMw(kSimPd, 1);
   const uint32_t bound = (mw & ~0xFFu) | ((mw + 1) & 0xFF);
   ASSERT_EQ(b.env->mrs.Bind(bound, 1, kSimPd, 0, mr, b.Addr(4096), 8192, mem::kRemoteWrite),
             mem::BindError::kOk);
-  t.Hold({wire::kRcWriteMiddle, wire::kRcWriteLast});
-  a.PostOp(queue::WqeOp::kWrite, 9, 0, 8192, b.Addr(4096), bound);
-  ASSERT_TRUE(t.p.net.Run([&] { return t.held.size() == 31; }));
   const uint32_t unbound = (bound & ~0xFFu) | ((bound + 1) & 0xFF);
-  ASSERT_EQ(b.env->mrs.Bind(unbound, 1, kSimPd, 0, 0, 0, 0, 0), mem::BindError::kOk);
-  std::memset(b.buf.data() + 4096, kReused, 8192);
-  t.Release();
-  const auto c = t.SendCqes(a, 1);
+  const auto c = WriteAcrossRevocation(
+      t, bound, [&] { ASSERT_EQ(b.env->mrs.Bind(unbound, 1, kSimPd, 0, 0, 0, 0, 0), mem::BindError::kOk); });
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, queue::wc::kRemAccessErr);
   EXPECT_EQ(Changed(b, 4096, 8192, kReused), 0u) << "bytes written through an unbound window";
@@ -151,16 +154,9 @@ TEST(DeregMidMessage, RcWriteAfterWindowUnbindWritesNothing) {
 // UC has no NAK: the rest of the message is dropped and counted.
 TEST(DeregMidMessage, UcWriteAfterDeregDropsTheRest) {
   Bare t(4, QpType::kUc);
-  SimQp &a = t.p.a, &b = t.p.b;
+  SimQp& b = t.p.b;
   const uint32_t rkey = t.Reg(b, 4096, 8192);
-  t.Hold({wire::kUcWriteMiddle, wire::kUcWriteLast});
-  a.PostOp(queue::WqeOp::kWrite, 10, 0, 8192, b.Addr(4096), rkey);
-  ASSERT_TRUE(t.p.net.Run([&] { return t.held.size() == 31; }));
-  ASSERT_TRUE(b.env->mrs.Deregister(rkey));
-  std::memset(b.buf.data() + 4096, kReused, 8192);
-  t.Release();
-  t.SendCqes(a, 1);
-  t.p.net.Run([&] { return t.p.net.link.idle(); });
+  WriteAcrossRevocation(t, rkey, [&] { ASSERT_TRUE(b.env->mrs.Deregister(rkey)); });
   EXPECT_EQ(Changed(b, 4096, 8192, kReused), 0u) << "bytes written after ibv_dereg_mr";
   EXPECT_EQ(b.qp->state(), QpState::kRts);
   EXPECT_GE(b.qp->counters().values[static_cast<size_t>(QpCounter::dropped_msgs)], 1u);
