@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "droce/droce.h"
@@ -13,8 +12,13 @@
 namespace droce::provider {
 
 bool stats_enabled() {
-  const char* v = std::getenv("DROCE_STATS");
-  return v != nullptr && *v != '\0' && *v != '0';
+  // Parsed with every other setting (config/settings.h): a value other than
+  // 0 or 1 already failed ibv_get_device_list, so no context gets here.
+  static const bool on = [] {
+    const auto cfg = engine::Device::CheckConfig();
+    return cfg.ok() && cfg->stats;
+  }();
+  return on;
 }
 
 void print_qp_counters(ibv_qp* qp) {

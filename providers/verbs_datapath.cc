@@ -4,7 +4,6 @@
 #include <time.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 #include "droce/droce.h"
@@ -13,17 +12,15 @@
 namespace droce::provider {
 namespace {
 
-// After this many empty polls in a row a polling thread yields its CPU once,
-// so that a busy-polling application and droce's worker can share a core.
-constexpr unsigned kDefaultEmptyPollsBeforeYield = 16;
-
-// DROCE_POLL_YIELD: empty ibv_poll_cq calls in a row before the polling
-// thread yields its CPU (0: never). See docs/CONFIG.md.
+// DROCE_POLL_YIELD: after this many empty ibv_poll_cq calls in a row a
+// polling thread yields its CPU once (0: never), so that a busy-polling
+// application and droce's worker can share a core. See docs/CONFIG.md.
 unsigned empty_polls_before_yield() {
+  // Parsed with every other setting: a bad value already failed opening the
+  // device, so a CQ to poll means it parsed.
   static const unsigned n = [] {
-    const char* v = std::getenv("DROCE_POLL_YIELD");
-    return v != nullptr && *v != '\0' ? static_cast<unsigned>(std::strtoul(v, nullptr, 10))
-                                       : kDefaultEmptyPollsBeforeYield;
+    const auto cfg = engine::Device::CheckConfig();
+    return cfg.ok() ? cfg->poll_yield : config::GlobalSettings{}.poll_yield;
   }();
   return n;
 }

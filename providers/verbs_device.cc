@@ -23,8 +23,9 @@ namespace droce::provider {
 namespace {
 
 constexpr const char* kIbdevPrefix = "/sys/class/infiniband/droce";
-// Devices droce can hand out: one per configured link (DROCE_LINK entries).
-constexpr int kMaxDevices = 16;
+// Devices droce can hand out: one per configured link (DROCE_LINK entries;
+// the settings refuse more).
+constexpr int kMaxDevices = config::kMaxDevices;
 
 // droce<index>; the objects are static, so ibv_device pointers stay valid
 // after ibv_free_device_list as libibverbs guarantees.

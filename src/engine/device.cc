@@ -40,13 +40,9 @@ uint8_t ib_mtu_for_link(uint32_t link_mtu) {
 }  // namespace
 
 absl::StatusOr<Config> Device::CheckConfig() {
-  // Every configured device must parse, so that a bad entry is reported by
-  // ibv_get_device_list rather than later.
-  absl::StatusOr<Config> first = ConfigFromEnv(0);
-  for (int i = 1; first.ok() && i < ConfiguredDeviceCount(); ++i) {
-    if (auto c = ConfigFromEnv(i); !c.ok()) return c.status();
-  }
-  return first;
+  // ConfigFromEnv parses every device's entries, so that a bad one is
+  // reported by ibv_get_device_list rather than later.
+  return ConfigFromEnv(0);
 }
 
 int Device::Count() { return ConfiguredDeviceCount(); }

@@ -9,17 +9,15 @@
 
 #include "absl/status/status.h"
 #include "common/log.h"
+#include "config/settings.h"
 #include "wire/frame.h"
 
 struct rte_mempool;
 
 namespace droce::io {
 
-enum class HugepageMode : uint8_t {
-  kAuto,  // use hugepages if enough are free and hugetlbfs is mounted
-  kOn,    // require them (EAL init fails without)
-  kOff,   // never (--no-huge)
-};
+// The setting's own type (DROCE_HUGEPAGES), in the DPDK-free parser.
+using HugepageMode = config::HugepageMode;
 
 struct EalOptions {
   LogLevel log_level = LogLevel::kError;

@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Checks the launcher's flag validation and environment setup.
+# Checks the launcher's flag validation and environment setup, and that the
+# launcher and the provider agree on what is valid.
 #
-# usage: launcher_errors.sh LAUNCHER
+# usage: launcher_errors.sh LAUNCHER [PROVIDER]
 #   - bad flags and a missing program exit 2 with exactly one line on stderr
 #     starting with "droce: " (and nothing on stdout);
 #   - `exec -- env` runs env with LD_PRELOAD starting with libdroce.so and the
-#     DROCE_* variables of the flags given.
+#     DROCE_* variables of the flags given;
+#   - every value the launcher refuses, the provider refuses too, with the same
+#     reason (`droce: exec: --FLAG: REASON` / `droce: DROCE_VAR: REASON`, the
+#     provider preloaded into ibv_devinfo without the launcher), and every value
+#     the launcher accepts, the provider accepts (`exec --FLAG VALUE --
+#     ibv_devinfo -l` lists the devices: the provider parsed every setting).
+#   PROVIDER defaults to the build tree's, next to the launcher.
 set -u
 
-if [ $# -ne 1 ]; then
-  echo "usage: $0 LAUNCHER" >&2
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: $0 LAUNCHER [PROVIDER]" >&2
   exit 2
 fi
 launcher=$1
+provider=${2:-$(dirname "$launcher")/../../providers/libdroce.so}
 if [ ! -x "$launcher" ]; then
   echo "FAIL: launcher '$launcher' is not an executable file" >&2
   exit 1
 fi
 
-unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_LOG_LEVEL DROCE_WORKERS DROCE_WORKER_CPU
+# Nothing from the caller's environment: the launcher checks the DROCE_*
+# variables it passes through as well.
+unset "${!DROCE_@}"
 tmp=$(mktemp -d /tmp/droce-launcher-test.XXXXXX) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
@@ -137,38 +147,179 @@ expect_stderr() {
   fi
 }
 if command -v ibv_devices >/dev/null 2>&1; then
-  expect_stderr "--worker-cpu outside the process's CPUs is refused by the provider" \
-    "^droce: DROCE_WORKER_CPU: '4096' is not a CPU this process may run on" exec --worker-cpu 4096 -- ibv_devices
   expect_stderr "--worker-cpu pins the worker" \
     'droce0 up: .*worker on CPU 0' exec --worker-cpu 0 --log-level info -- ibv_devices
   # A CPU list: each element must be a CPU of the process; repeats are fine.
   expect_stderr "--worker-cpu 0,0 is accepted" \
     '^droce: droce0 up: ' exec --worker-cpu 0,0 --log-level info -- ibv_devices
-  expect_stderr "--worker-cpu 0,4096 is refused naming the bad element" \
-    "^droce: DROCE_WORKER_CPU: '4096' is not a CPU this process may run on" exec --worker-cpu 0,4096 -- ibv_devices
   expect_stderr "--workers 2 is accepted" \
     '^droce: droce0 up: ' exec --workers 2 --log-level info -- ibv_devices
-  # Out of 1..16 or not a number: the provider refuses it, naming the variable.
-  expect_stderr "--workers 0 is refused by the provider" \
-    "^droce: DROCE_WORKERS: '0' is not a worker count \\(1 to 16\\)$" exec --workers 0 -- ibv_devices
-  for bad in 0 17 abc +2; do
-    with_env=(DROCE_WORKERS="$bad")
-    expect_stderr "DROCE_WORKERS=$bad is refused by the provider" \
-      "^droce: DROCE_WORKERS: '${bad//+/\\+}' is not a worker count \\(1 to 16\\)$" exec -- ibv_devices
-  done
 fi
-if command -v ibv_rc_pingpong >/dev/null 2>&1; then
-  # demo passes --workers to both sides' exec: the server's provider refuses 0
-  # (the client is never started) and demo fails.
-  run_launcher 30 demo --workers 0 --iters 1
-  rc=$?
-  pattern="^\\[server\\] droce: DROCE_WORKERS: '0' is not a worker count"
-  if [ "$rc" -ne 0 ] && grep -Eq -- "$pattern" "$tmp/out"; then
-    ok "demo --workers 0 reaches the provider (exit $rc) -> $(grep -E -- "$pattern" "$tmp/out" | head -n1)"
-  else
-    not_ok "demo --workers 0: exit $rc, want non-zero and a line matching '$pattern' on stdout:"; cat "$tmp/out" "$tmp/err"
+# demo checks --workers as exec does, before starting anything.
+expect_usage_error "demo --workers 0" demo --workers 0 --iters 1
+if ! grep -Fxq "droce: demo: --workers: '0' is not a worker count (1 to 16)" "$tmp/err"; then
+  not_ok "demo --workers 0: unexpected message: $(cat "$tmp/err")"
+fi
+# ---------------------------------------------------------------------------
+# The launcher and the provider agree (issue 21): they share one parser
+# (src/config/settings.h), and these pin it down from the outside.
+devinfo=$(command -v ibv_devinfo || true)
+if [ -z "$devinfo" ] || [ ! -f "$provider" ]; then
+  echo "SKIP (agreement checks): need ibv_devinfo and the provider '$provider'"
+else
+  var_of() { local f=${1^^}; echo "DROCE_${f//-/_}"; }  # ip6 -> DROCE_IP6, worker-cpu -> DROCE_WORKER_CPU
+
+  # ibv_devinfo -l with the provider preloaded directly, no launcher:
+  # ibv_get_device_list parses every setting of every device (no device is
+  # opened, so nothing needs hugepages or a real link).
+  run_provider() {  # run_provider VAR=VALUE...: stdout/stderr to $tmp/out, $tmp/err
+    timeout 30 env "$@" LD_PRELOAD="$provider" "$devinfo" -l </dev/null >"$tmp/out" 2>"$tmp/err"
+  }
+
+  # expect_both_refuse FLAG VALUE [FLAG2 VALUE2 ...]: `droce exec --FLAG VALUE
+  # [--FLAG2 VALUE2 ...]` exits 2 with `droce: exec: --FLAG: REASON`, and the
+  # provider given DROCE_FLAG=VALUE [DROCE_FLAG2=VALUE2 ...] fails with
+  # `droce: DROCE_FLAG: REASON`, the same REASON.
+  expect_both_refuse() {
+    local flag=$1 value=$2 var reason
+    var=$(var_of "$flag")
+    local flags=() vars=()
+    while [ $# -ge 2 ]; do
+      flags+=("--$1" "$2")
+      vars+=("$(var_of "$1")=$2")
+      shift 2
+    done
+    local desc="--$flag '$value'${flags[2]:+ (with ${flags[*]:2})}"
+    run_launcher 10 exec "${flags[@]}" -- true
+    local rc=$?
+    if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q -- "^droce: exec: --$flag: " "$tmp/err"; then
+      not_ok "$desc: launcher exit $rc, want 2 and one line 'droce: exec: --$flag: ...': $(cat "$tmp/err")"
+      return
+    fi
+    reason=$(sed "s/^droce: exec: --$flag: //" "$tmp/err")
+    run_provider "${vars[@]}"
+    rc=$?
+    if [ "$rc" -eq 0 ]; then
+      not_ok "$desc: the launcher refuses it ($reason) but the provider accepts $var='$value'"
+    elif ! grep -Fxq -- "droce: $var: $reason" "$tmp/err"; then
+      not_ok "$desc: the provider refuses $var='$value' for another reason: $(cat "$tmp/err"), launcher: $reason"
+    else
+      ok "$desc refused by both: $reason"
+    fi
+  }
+
+  # expect_both_accept HCAS FLAG VALUE [FLAG2 VALUE2 ...]: the launcher takes
+  # the flags and the provider, given the variables they set, lists HCAS
+  # devices.
+  expect_both_accept() {
+    local hcas=$1
+    shift
+    local flags=()
+    while [ $# -ge 2 ]; do
+      flags+=("--$1" "$2")
+      shift 2
+    done
+    run_launcher 30 exec "${flags[@]}" -- "$devinfo" -l
+    local rc=$?
+    if [ "$rc" -ne 0 ]; then
+      not_ok "${flags[*]}: exit $rc, want 0 (stderr: $(cat "$tmp/err"))"
+    elif ! grep -Eq "^$hcas HCAs? found" "$tmp/out"; then
+      not_ok "${flags[*]}: want $hcas devices listed, got: $(cat "$tmp/out")"
+    else
+      ok "${flags[*]} accepted by both ($hcas device(s))"
+    fi
+  }
+
+  memif() { echo "net_memif$1,role=$2,socket=$tmp/memif.sock,socket-abstract=no"; }
+  two_links="$(memif 0 server);$(memif 1 client)"
+  seventeen=$(for i in $(seq 0 16); do printf 'net_ring%d;' "$i"; done)
+
+  # Refused by both. The regressions of issue 21 first: a gateway with a
+  # prefix length (the launcher took it, the engine did not) and address
+  # lists longer than the device list (the engine ignored the extra entries
+  # unchecked).
+  expect_both_refuse gateway 10.77.0.254/24
+  expect_both_refuse ip '10.77.9.1/24;10.77.9.2/24'
+  expect_both_refuse ip '10.77.9.1/24;10.77.9.2/24;10.77.9.3/24' link "$two_links"
+  expect_both_refuse ip '10.77.9.1/24;10.77.9' link "$two_links"
+  expect_both_refuse link "$seventeen"
+  for v in 300.1.1.1 10.0.0.1/33 10.0.0 010.0.0.1 10.0.0.1/+24 10.0.0.1/ ' 10.0.0.1'; do
+    expect_both_refuse ip "$v"
+  done
+  for v in zz ff02::1 :: fd78::1/129 'fd78:1::1;fd78:1::2'; do expect_both_refuse ip6 "$v"; done
+  for v in zz 02:00:0a:00:00 +2:00:0a:00:00:01 '02:00:0a:00:00:01;02:00:0a:00:00:02'; do
+    expect_both_refuse mac "$v"
+  done
+  for v in 1000 ' 1024' +1024 0x400; do expect_both_refuse mtu "$v"; done
+  for v in 10.1.1.1 10.77.0.1 10.77.0 10.77.0.254,; do expect_both_refuse gateway "$v"; done
+  expect_both_refuse gateway 10.77.0.254 link "$two_links"  # droce1 is on 10.77.1.0/24
+  expect_both_refuse gateway 10.78.1.2 ip 10.78.2.11/24
+  for v in 0 4095 +5 5:8 5:; do expect_both_refuse vlan "$v"; done
+  expect_both_refuse hugepages yes
+  expect_both_refuse progress App
+  expect_both_refuse log-level loud
+  for v in 0 17 abc +2 ' 2' '2;2'; do expect_both_refuse workers "$v"; done
+  for v in 4096 0,4096 +0 0,; do expect_both_refuse worker-cpu "$v"; done
+  expect_both_refuse worker-cpu '0;0;0' link "$two_links"
+
+  # Accepted by both. The regression: one address per device, ';'-separated,
+  # as DROCE_IP always took it (the launcher refused the ';').
+  expect_both_accept 2 link "$two_links" ip '10.77.9.1/24;10.77.9.2/24'
+  expect_both_accept 2 link "$two_links" ip ';10.77.9.2/24' ip6 'fd78:9::1/64;fd78:9::2/64' \
+    mac '02:00:00:00:09:01;02:00:00:00:09:02' workers '1;2' worker-cpu '0;0,0'
+  expect_both_accept 1 link "$(memif 0 server);"
+  expect_both_accept 1 link "$(memif 0 server)" ip 10.78.1.11/24 gateway 10.78.1.2
+  expect_both_accept 2 link "$two_links" ip '10.5.0.1/16;10.5.1.1/16' gateway 10.5.0.254
+  for v in 10.9.8.7 10.9.8.7/16 10.9.8.7/0 10.9.8.7/32; do expect_both_accept 1 ip "$v"; done
+  for v in fd78:1::11/64 fd78:1::11 ::ffff:10.0.0.1/96; do expect_both_accept 1 ip6 "$v"; done
+  for v in 02:00:0a:09:08:07 02:AB:cd:00:00:01; do expect_both_accept 1 mac "$v"; done
+  for v in 256 512 1024 2048 4096; do expect_both_accept 1 mtu "$v"; done
+  expect_both_accept 1 gateway 10.77.0.254
+  for v in 1 4094 100:7; do expect_both_accept 1 vlan "$v"; done
+  for v in auto on off; do expect_both_accept 1 hugepages "$v"; done
+  for v in app thread; do expect_both_accept 1 progress "$v"; done
+  for v in error warning info debug; do expect_both_accept 1 log-level "$v"; done
+  for v in 1 16; do expect_both_accept 1 workers "$v"; done
+  last_cpu=$(sed -n 's/^Cpus_allowed_list:.*[-,\t]//p' /proc/self/status)  # "0-3" -> 3
+  for v in 0 0,0 "$last_cpu"; do expect_both_accept 1 worker-cpu "$v"; done
+
+  # Settings without a flag, and variables the launcher passes through: it
+  # checks them too, naming the variable, with the provider's reason.
+  for setting in DROCE_POLL_YIELD=abc DROCE_STATS=yes DROCE_IP6=zz DROCE_WORKERS=0; do
+    var=${setting%%=*}
+    with_env=("$setting")
+    run_launcher 10 exec -- true
+    rc=$?
+    reason=$(sed -n "s/^droce: exec: $var: //p" "$tmp/err")
+    run_provider "$setting"
+    if [ "$rc" -eq 2 ] && [ -n "$reason" ] && grep -Fxq -- "droce: $var: $reason" "$tmp/err"; then
+      ok "$setting in the environment refused by both: $reason"
+    else
+      not_ok "$setting in the environment: launcher exit $rc ($reason), provider: $(cat "$tmp/err")"
+    fi
+  done
+  with_env=(DROCE_POLL_YIELD=0 DROCE_STATS=1)
+  expect_env "DROCE_POLL_YIELD=0 DROCE_STATS=1 accepted by both" '^1 HCA found' exec -- "$devinfo" -l
+  # A flag overrides a bad variable.
+  with_env=(DROCE_MTU=1000)
+  expect_env "--mtu overrides a bad DROCE_MTU" '^1 HCA found' exec --mtu 2048 -- "$devinfo" -l
+  # The launcher alone refuses an empty flag (likely an unset shell variable);
+  # for the provider an empty variable is an unset one.
+  for flag in link ip gateway workers; do
+    expect_usage_error "--$flag ''" exec "--$flag" '' -- true
+  done
+  run_provider DROCE_IP= DROCE_LINK=
+  if [ $? -eq 0 ]; then ok "empty DROCE_IP and DROCE_LINK mean unset for the provider"; else not_ok "empty variables refused: $(cat "$tmp/err")"; fi
+
+  # The same regression with the devices opened: two memif-linked devices
+  # with one address each come up.
+  if command -v ibv_devices >/dev/null 2>&1; then
+    expect_stderr "two links, one address each: both devices come up" \
+      '^droce: droce1 up: .*MAC 02:00:0a:4d:09:02' \
+      exec --link "$two_links" --ip '10.77.9.1/24;10.77.9.2/24' --log-level info -- ibv_devices
   fi
 fi
+
 expect_env "version" '^droce [0-9]' version
 expect_env "help" '^usage: droce' help
 

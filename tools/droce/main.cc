@@ -7,7 +7,9 @@
 //
 // The launcher does not link DPDK or libibverbs: it only validates flags, turns
 // them into DROCE_* environment variables, prepends the provider to LD_PRELOAD
-// and execs the program. See docs/CONFIG.md.
+// and execs the program. It validates with the engine's own parser
+// (config/settings.h), so what it accepts the provider accepts. See
+// docs/CONFIG.md.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -19,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <cstdarg>
@@ -34,6 +37,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "config/settings.h"
 #include "pcap_check.h"
 
 #ifndef DROCE_VERSION
@@ -106,9 +110,6 @@ std::string Join(const std::vector<std::string>& v, std::string_view sep) {
 }
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsXDigit(char c) {
-  return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
 
 // Parses a non-empty string of decimal digits (no sign, no spaces).
 bool ParseDecimal(std::string_view s, long& out) {
@@ -133,7 +134,7 @@ constexpr std::string_view kUsage =
     "        --mtu N               path MTU cap: 256 512 1024 2048 4096 (DROCE_MTU), default 1024\n"
     "        --mac xx:xx:xx:xx:xx:xx  MAC address (DROCE_MAC), default derived from the IP\n"
     "        --log-level LEVEL     error warning info debug (DROCE_LOG_LEVEL), default error\n"
-    "        --gateway ADDR        next hop off the subnet (DROCE_GATEWAY)\n"
+    "        --gateway ADDR        next hop off the subnet, an address on it (DROCE_GATEWAY)\n"
     "        --vlan ID[:PCP]       802.1Q tag on every frame (DROCE_VLAN)\n"
     "        --ip6 ADDR[/LEN]      IPv6 address: GID index 1, ND, ping6 (DROCE_IP6)\n"
     "        --hugepages MODE      auto on off (DROCE_HUGEPAGES), default auto\n"
@@ -141,7 +142,10 @@ constexpr std::string_view kUsage =
     "        --workers N           worker threads per device, 1 to 16 (DROCE_WORKERS), default 1\n"
     "        --worker-cpu CPUS     pin the worker threads to CPUS, e.g. 2 or 2,3: worker i on\n"
     "                              the (i mod count)-th CPU of the list (DROCE_WORKER_CPU)\n"
-    "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path)\n"
+    "        --link, --ip, --ip6, --mac, --workers and --worker-cpu take one entry per device,\n"
+    "        ';'-separated (one device per --link entry; no more entries than devices)\n"
+    "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path;\n"
+    "        flags and DROCE_* variables are checked as the provider will check them)\n"
     "  demo [--iters N] [--size BYTES] [--timeout SECONDS] [--workers N]\n"
     "        run an unmodified ibv_rc_pingpong server and client through droce over a\n"
     "        memif link (defaults: --iters 1000 --size 4096 --timeout 60; --workers\n"
@@ -162,50 +166,6 @@ constexpr std::string_view kUsage =
   }
   fputs(line.c_str(), stderr);
   return kExitUsage;
-}
-
-// ---------------------------------------------------------------------------
-// Flag validation
-
-bool ValidIpv4(std::string_view s) {
-  std::vector<std::string_view> parts = Split(s, ".", false);
-  if (parts.size() != 4) return false;
-  for (std::string_view p : parts) {
-    if (p.empty() || p.size() > 3) return false;
-    long v = 0;
-    if (!ParseDecimal(p, v) || v > 255) return false;
-  }
-  return true;
-}
-
-bool ValidIpWithPrefix(std::string_view s) {
-  size_t slash = s.find('/');
-  if (slash == std::string_view::npos) return ValidIpv4(s);
-  std::string_view prefix = s.substr(slash + 1);
-  if (!ValidIpv4(s.substr(0, slash))) return false;
-  if (prefix.size() > 2) return false;
-  long v = 0;
-  return ParseDecimal(prefix, v) && v <= 32;
-}
-
-bool ValidMtu(std::string_view s) {
-  return s == "256" || s == "512" || s == "1024" || s == "2048" || s == "4096";
-}
-
-bool ValidMac(std::string_view s) {
-  if (s.size() != 17) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i % 3 == 2) {
-      if (s[i] != ':') return false;
-    } else if (!IsXDigit(s[i])) {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool ValidLogLevel(std::string_view s) {
-  return s == "error" || s == "warning" || s == "info" || s == "debug";
 }
 
 // ---------------------------------------------------------------------------
@@ -261,13 +221,46 @@ std::optional<std::string> FindProvider() {
 // droce exec
 
 struct ExecOptions {
-  std::optional<std::string> link, ip, mtu, mac, log_level;
-  // Passed through to the provider, which validates them when it opens the
-  // device (one-line error naming the variable): gateway, vlan, ip6,
-  // hugepages, progress, worker CPUs, workers.
-  std::optional<std::string> gateway, vlan, ip6, hugepages, progress, worker_cpu, workers;
+  // The settings given as flags, by droce::config::Setting; unset: the
+  // variable in the environment (if any) is passed through.
+  std::array<std::optional<std::string>, droce::config::kNumSettings> flags;
   std::vector<std::string> program;  // PROGRAM [ARGS...]
 };
+
+// The setting whose flag is --name, or nullptr.
+const droce::config::SettingInfo* SettingOfFlag(std::string_view name) {
+  for (const droce::config::SettingInfo& info : droce::config::kSettings) {
+    if (info.flag != nullptr && name == info.flag) return &info;
+  }
+  return nullptr;
+}
+
+// Checks the settings the program will run with: the flags over the DROCE_*
+// variables already in the environment, by the parser the provider uses, so
+// that anything the provider would refuse is refused here. The error names
+// the flag if the bad value came from one, else the variable.
+int ValidateSettings(const ExecOptions& opt) {
+  using droce::config::Info;
+  droce::config::RawSettings raw = droce::config::RawSettingsFromEnv();
+  for (size_t i = 0; i < opt.flags.size(); ++i) {
+    if (!opt.flags[i]) continue;
+    const droce::config::SettingInfo& info = droce::config::kSettings[i];
+    // For the provider an empty variable means unset; an empty flag is far
+    // more likely an empty shell variable than a wish for the default.
+    if (opt.flags[i]->empty()) {
+      return UsageError(StrCat("exec: --", info.flag, " must not be empty (leave the flag out for the default)"));
+    }
+    raw[i] = *opt.flags[i];
+  }
+  droce::config::SettingError error;
+  if (!droce::config::ParseSettings(raw, droce::config::AllowedCpus(), &error).ok()) {
+    const droce::config::SettingInfo& info = Info(error.setting);
+    const std::string name =
+        opt.flags[static_cast<size_t>(error.setting)] ? StrCat("--", info.flag) : std::string(info.var);
+    return UsageError(StrCat("exec: ", name, ": ", error.reason));
+  }
+  return 0;
+}
 
 // Parses `exec` arguments (everything after the word "exec"). Returns 0 on
 // success, otherwise the exit status after printing a one-line error.
@@ -296,27 +289,15 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
       value = name.substr(eq + 1);
       name.resize(eq);
     }
-    std::optional<std::string>* slot = nullptr;
-    if (name == "link") slot = &opt.link;
-    else if (name == "ip") slot = &opt.ip;
-    else if (name == "mtu") slot = &opt.mtu;
-    else if (name == "mac") slot = &opt.mac;
-    else if (name == "log-level") slot = &opt.log_level;
-    else if (name == "gateway") slot = &opt.gateway;
-    else if (name == "vlan") slot = &opt.vlan;
-    else if (name == "ip6") slot = &opt.ip6;
-    else if (name == "hugepages") slot = &opt.hugepages;
-    else if (name == "progress") slot = &opt.progress;
-    else if (name == "worker-cpu") slot = &opt.worker_cpu;
-    else if (name == "workers") slot = &opt.workers;
-    else return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
+    const droce::config::SettingInfo* setting = SettingOfFlag(name);
+    if (setting == nullptr) return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
     if (!value) {
       if (i + 1 >= args.size() || args[i + 1] == "--") {
         return UsageError(StrCat("exec: option '--", name, "' requires a value"));
       }
       value = args[++i];
     }
-    *slot = std::move(*value);
+    opt.flags[static_cast<size_t>(setting->setting)] = std::move(*value);
   }
   if (!saw_dashdash) {
     return UsageError("exec: missing '-- PROGRAM' (usage: droce exec [options] -- PROGRAM [ARGS...])");
@@ -326,35 +307,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
   }
   opt.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
 
-  if (opt.link && opt.link->empty()) {
-    return UsageError("exec: --link must not be empty (DPDK devargs, e.g. net_memif0,role=server)");
-  }
-  if (opt.ip && !ValidIpWithPrefix(*opt.ip)) {
-    return UsageError(StrCat("exec: invalid --ip '", *opt.ip,
-                                   "': expected a dotted IPv4 address with optional /0..32 prefix"));
-  }
-  if (opt.mtu && !ValidMtu(*opt.mtu)) {
-    return UsageError(StrCat("exec: invalid --mtu '", *opt.mtu,
-                                   "': must be one of 256 512 1024 2048 4096"));
-  }
-  if (opt.mac && !ValidMac(*opt.mac)) {
-    return UsageError(StrCat("exec: invalid --mac '", *opt.mac,
-                                   "': expected xx:xx:xx:xx:xx:xx (hex)"));
-  }
-  if (opt.gateway && !ValidIpWithPrefix(*opt.gateway)) {
-    return UsageError(StrCat("exec: invalid --gateway '", *opt.gateway, "': expected a dotted IPv4 address"));
-  }
-  if (opt.progress && *opt.progress != "app" && *opt.progress != "thread") {
-    return UsageError(StrCat("exec: invalid --progress '", *opt.progress, "': must be app or thread"));
-  }
-  if (opt.hugepages && *opt.hugepages != "auto" && *opt.hugepages != "on" && *opt.hugepages != "off") {
-    return UsageError(StrCat("exec: invalid --hugepages '", *opt.hugepages, "': must be auto, on or off"));
-  }
-  if (opt.log_level && !ValidLogLevel(*opt.log_level)) {
-    return UsageError(StrCat("exec: invalid --log-level '", *opt.log_level,
-                                   "': must be one of error warning info debug"));
-  }
-  return 0;
+  return ValidateSettings(opt);
 }
 
 int CmdExec(const std::vector<std::string>& args) {
@@ -372,21 +325,9 @@ int CmdExec(const std::vector<std::string>& args) {
                                    "' contains ':' or whitespace and cannot be used in LD_PRELOAD"));
   }
 
-  auto set = [](const char* var, const std::optional<std::string>& v) {
-    if (v) setenv(var, v->c_str(), 1);
-  };
-  set("DROCE_LINK", opt.link);
-  set("DROCE_IP", opt.ip);
-  set("DROCE_MTU", opt.mtu);
-  set("DROCE_MAC", opt.mac);
-  set("DROCE_LOG_LEVEL", opt.log_level);
-  set("DROCE_GATEWAY", opt.gateway);
-  set("DROCE_VLAN", opt.vlan);
-  set("DROCE_IP6", opt.ip6);
-  set("DROCE_HUGEPAGES", opt.hugepages);
-  set("DROCE_PROGRESS", opt.progress);
-  set("DROCE_WORKER_CPU", opt.worker_cpu);
-  set("DROCE_WORKERS", opt.workers);
+  for (size_t i = 0; i < opt.flags.size(); ++i) {
+    if (opt.flags[i]) setenv(droce::config::kSettings[i].var, opt.flags[i]->c_str(), 1);
+  }
 
   // Prepend the provider, keep the other entries (dropping a duplicate of it).
   std::vector<std::string> preload = {*provider};
@@ -637,7 +578,7 @@ bool ParsePositive(std::string_view s, long max, long& out) {
 
 int CmdDemo(const std::vector<std::string>& args) {
   long iters = 1000, size = 4096, timeout_s = 60;
-  // Passed to both sides' `exec --workers`; the provider validates it.
+  // Passed to both sides' `exec --workers`, checked here as exec would.
   std::optional<std::string> workers;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string a = args[i];
@@ -667,6 +608,9 @@ int CmdDemo(const std::vector<std::string>& args) {
       value = args[++i];
     }
     if (slot == nullptr) {
+      if (absl::StatusOr<int> w = droce::config::ParseWorkers(*value); !w.ok()) {
+        return UsageError(StrCat("demo: --workers: ", std::string(w.status().message())));
+      }
       workers = std::move(*value);
     } else if (!ParsePositive(*value, max, *slot)) {
       return UsageError(StrCat("demo: invalid --", name, " '", *value,

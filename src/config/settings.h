@@ -1,0 +1,199 @@
+// droce's settings: the one parser of their values, shared by every program
+// that accepts them. The engine reads them from DROCE_* variables
+// (engine::ConfigFromEnv), the launcher from its flags and the environment
+// (`droce exec`), both through ParseSettings, so that one can never accept
+// what the other refuses. No DPDK here: a daemon will reuse it.
+// See docs/CONFIG.md.
+#pragma once
+
+#include <array>
+#include <bitset>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/log.h"
+#include "wire/frame.h"
+
+namespace droce::config {
+
+enum class HugepageMode : uint8_t {
+  kAuto,  // use hugepages if enough are free and hugetlbfs is mounted
+  kOn,    // require them (EAL init fails without)
+  kOff,   // never (--no-huge)
+};
+
+// Upper bound on DROCE_WORKERS.
+inline constexpr int kMaxWorkers = 16;
+// Devices a process can have (DROCE_LINK entries): the provider hands out
+// droce0..droce15.
+inline constexpr int kMaxDevices = 16;
+// CPU numbers DROCE_WORKER_CPU can name (glibc's CPU_SETSIZE).
+inline constexpr int kMaxCpus = 1024;
+
+// Settings of the whole process (one value each).
+struct GlobalSettings {
+  LogLevel log_level = LogLevel::kError;  // DROCE_LOG_LEVEL
+  // true: application threads drive the engine from ibv_poll_cq/ibv_post_*
+  // and the worker thread takes over when they stop (DROCE_PROGRESS=app);
+  // false: only the worker thread drives (DROCE_PROGRESS=thread).
+  bool app_progress = true;
+  uint8_t mtu = 3;  // enum ibv_mtu cap for the port's active MTU (DROCE_MTU)
+  // Next hop for destinations outside a port's subnet (DROCE_GATEWAY); 0 =
+  // none (off-subnet destinations are then resolved directly, as on-link).
+  uint32_t gateway = 0;
+  // 802.1Q VLAN ID to tag every transmitted frame with (DROCE_VLAN); 0 = none.
+  uint16_t vlan = 0;
+  uint8_t vlan_pcp = 0;  // priority code point of the tag
+  HugepageMode hugepages = HugepageMode::kAuto;  // DROCE_HUGEPAGES
+  // Empty ibv_poll_cq calls in a row before the polling thread yields its
+  // CPU, 0 = never (DROCE_POLL_YIELD).
+  uint32_t poll_yield = 16;
+  bool stats = false;  // DROCE_STATS=1: counters on stderr at destroy/close
+};
+
+// Settings of one device droce<i>: the i-th entry of each per-device list.
+struct DeviceSettings {
+  std::string link;  // DPDK devargs (DROCE_LINK); empty = internal loopback
+  uint32_t ip = 0;   // host order (DROCE_IP; default 10.77.<i>.1/24)
+  uint8_t prefix_len = 24;
+  std::optional<wire::MacAddr> mac;  // DROCE_MAC; none = derived by the engine
+  // The port's IPv6 address (DROCE_IP6), answered by ND and ICMPv6 echo.
+  bool has_ip6 = false;
+  wire::Ipv6Addr ip6{};
+  uint8_t prefix6_len = 64;
+  // The CPUs the device's worker threads are pinned to (DROCE_WORKER_CPU, a
+  // ','-separated list per device): worker i runs on worker_cpus[i % size].
+  // Empty: they float over the process's CPUs.
+  std::vector<int> worker_cpus;
+  // Worker threads of the device (DROCE_WORKERS), each with its own rx/tx
+  // queue pair on the link and its own QPs.
+  int workers = 1;
+};
+
+struct Settings {
+  GlobalSettings global;
+  std::vector<DeviceSettings> devices;  // one per DROCE_LINK entry, at least one
+};
+
+enum class Setting : uint8_t {
+  kLink,
+  kIp,
+  kIp6,
+  kMac,
+  kWorkers,
+  kWorkerCpu,
+  kMtu,
+  kGateway,
+  kVlan,
+  kHugepages,
+  kProgress,
+  kLogLevel,
+  kPollYield,
+  kStats,
+};
+inline constexpr size_t kNumSettings = 14;
+
+struct SettingInfo {
+  Setting setting;
+  const char* var;   // the environment variable, e.g. "DROCE_IP"
+  const char* flag;  // the launcher's flag without "--", e.g. "ip"; nullptr: none
+  // A ';'-separated list with one entry per device (DROCE_LINK's count).
+  bool per_device;
+};
+
+// Every setting, in the order ParseSettings checks them.
+inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
+    {Setting::kLink, "DROCE_LINK", "link", true},
+    {Setting::kIp, "DROCE_IP", "ip", true},
+    {Setting::kIp6, "DROCE_IP6", "ip6", true},
+    {Setting::kMac, "DROCE_MAC", "mac", true},
+    {Setting::kWorkers, "DROCE_WORKERS", "workers", true},
+    {Setting::kWorkerCpu, "DROCE_WORKER_CPU", "worker-cpu", true},
+    {Setting::kMtu, "DROCE_MTU", "mtu", false},
+    {Setting::kGateway, "DROCE_GATEWAY", "gateway", false},
+    {Setting::kVlan, "DROCE_VLAN", "vlan", false},
+    {Setting::kHugepages, "DROCE_HUGEPAGES", "hugepages", false},
+    {Setting::kProgress, "DROCE_PROGRESS", "progress", false},
+    {Setting::kLogLevel, "DROCE_LOG_LEVEL", "log-level", false},
+    {Setting::kPollYield, "DROCE_POLL_YIELD", nullptr, false},
+    {Setting::kStats, "DROCE_STATS", nullptr, false},
+}};
+
+// kSettings is indexed by Setting.
+constexpr bool SettingsInEnumOrder() {
+  for (size_t i = 0; i < kSettings.size(); ++i) {
+    if (static_cast<size_t>(kSettings[i].setting) != i) return false;
+  }
+  return true;
+}
+static_assert(SettingsInEnumOrder());
+
+constexpr const SettingInfo& Info(Setting s) { return kSettings[static_cast<size_t>(s)]; }
+
+// The text of each setting, indexed by Setting; empty = unset (the default
+// applies), as for an empty environment variable.
+using RawSettings = std::array<std::string, kNumSettings>;
+
+// The DROCE_* variables of this process's environment.
+RawSettings RawSettingsFromEnv();
+
+// CPUs a process may run on, by number.
+using CpuSet = std::bitset<kMaxCpus>;
+// The calling thread's affinity (taskset, cgroup cpusets); empty if unknown.
+CpuSet AllowedCpus();
+
+// Why ParseSettings refused: the setting and the reason, which quotes the bad
+// value (or list entry) and does not name the setting, so that the engine can
+// prefix the variable and the launcher the flag.
+struct SettingError {
+  Setting setting = Setting::kLink;
+  std::string reason;
+};
+
+// Parses and cross-checks every setting: each per-device list has at most one
+// entry per DROCE_LINK entry (a device without an entry of its own gets the
+// default), there are at most kMaxDevices devices, each worker CPU is in
+// `cpus`, the gateway is another address on every port's subnet. On failure
+// the status message is "<variable>: <reason>" and *error, if given, says
+// which setting.
+absl::StatusOr<Settings> ParseSettings(const RawSettings& raw, const CpuSet& cpus,
+                                       SettingError* error = nullptr);
+
+// A ';'-separated per-device list: one entry per device, trailing empty
+// entries dropped ("a;" is one device, ";b" two, the first with the default).
+std::vector<std::string> SplitDevices(const std::string& value);
+
+// The value parsers ParseSettings uses, one per setting (a per-device
+// setting's for one entry). Each error message quotes the bad value.
+
+// "a.b.c.d[/len]" (default /24): dotted decimal, no leading zeros, len 0..32.
+absl::Status ParseIpv4Prefix(const std::string& s, uint32_t* ip, uint8_t* prefix_len);
+// "a.b.c.d" without a prefix length (a gateway is one address).
+absl::Status ParseIpv4(const std::string& s, uint32_t* ip);
+// "x:x::x[/len]" (default /64), a unicast address.
+absl::Status ParseIpv6Prefix(const std::string& s, wire::Ipv6Addr* ip, uint8_t* prefix_len);
+// "xx:xx:xx:xx:xx:xx", two hex digits each.
+absl::Status ParseMac(const std::string& s, wire::MacAddr* mac);
+// IB MTU in bytes (256, 512, 1024, 2048, 4096) → enum ibv_mtu.
+absl::StatusOr<uint8_t> ParseMtu(const std::string& s);
+// "ID" or "ID:PCP" (ID 1..4094, PCP 0..7).
+absl::Status ParseVlan(const std::string& s, uint16_t* id, uint8_t* pcp);
+// 1..kMaxWorkers.
+absl::StatusOr<int> ParseWorkers(const std::string& s);
+// "c[,c...]", each a CPU in `cpus`; repeats allowed.
+absl::StatusOr<std::vector<int>> ParseWorkerCpus(const std::string& s, const CpuSet& cpus);
+absl::StatusOr<HugepageMode> ParseHugepages(const std::string& s);
+// "app" → true, "thread" → false.
+absl::StatusOr<bool> ParseProgress(const std::string& s);
+absl::StatusOr<LogLevel> ParseLogLevel(const std::string& s);
+// Empty polls before a yield: 0 (never) to 4294967295.
+absl::StatusOr<uint32_t> ParsePollYield(const std::string& s);
+// "0" or "1".
+absl::StatusOr<bool> ParseStats(const std::string& s);
+
+}  // namespace droce::config
