@@ -384,8 +384,8 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
         return;
       }
     }
-    // UC has no NAK: a region gone since the FIRST packet drops the rest of
-    // the message (IBA 9.8.3.2 leaves the error silent at the responder).
+    // UC has no NAK (IBA 9.8.3): a region gone since the FIRST packet drops
+    // the rest of the message, silently but counted.
     if (!PlaceWrite(pkt.payload, pkt.payload_len)) {
       Count(QpCounter::dropped_msgs);
       abort_message();
