@@ -238,7 +238,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   }
 
   if (next != cur) {
-    SetState(next);
+    if (next != QpState::kErr) SetState(next);  // EnterError publishes ERR itself
     if (next == QpState::kReset) {
       ResetQueues();
     } else if (next == QpState::kErr) {
@@ -277,8 +277,7 @@ void Qp::ResetQueues() {
   in_send_message_ = false;
   msn_ = 0;
   mac_valid_ = false;
-  attr_ = QpAttr{};
-  SetState(QpState::kReset);
+  attr_ = QpAttr{};  // state RESET, already published by Modify
   ResetUdMtu();
 }
 

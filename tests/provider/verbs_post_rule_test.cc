@@ -28,6 +28,13 @@ class PostRule : public Loopback {
     return cq;
   }
   std::vector<ibv_cq*> own_cqs_;
+  // The next completion on cq is wr_id, flushed, within kPrompt.
+  void ExpectFlushed(ibv_cq* cq, uint64_t wr_id, const char* what) {
+    auto c = Poll(cq, 1, kPrompt);
+    ASSERT_EQ(c.size(), 1u) << what << " was not flushed";
+    EXPECT_EQ(c[0].wr_id, wr_id) << what;
+    EXPECT_EQ(c[0].status, IBV_WC_WR_FLUSH_ERR) << what;
+  }
   // Posts one receive (unless the QP uses an SRQ), one SEND, one ibv_wr_*
   // SEND (if the QP was made extended) and one type 1 bind on qp, then
   // expects each to complete as IBV_WC_WR_FLUSH_ERR.
@@ -35,25 +42,16 @@ class PostRule : public Loopback {
     if (qp->srq == nullptr) {
       ASSERT_EQ(PostRecv(qp, 900, 8192, 64), 0) << "a receive posted in ERR is accepted (IBA 11.4.1.2)";
       if (check_recv) {
-        auto r = Poll(rcq, 1, kPrompt);
-        ASSERT_EQ(r.size(), 1u) << "the receive posted in ERR was not flushed";
-        EXPECT_EQ(r[0].wr_id, 900u);
-        EXPECT_EQ(r[0].status, IBV_WC_WR_FLUSH_ERR);
+        ExpectFlushed(rcq, 900, "the receive posted in ERR");
       }
     }
     ASSERT_EQ(PostSend(qp, 901, 0, 16), 0) << "a send posted in ERR is accepted (IBA 11.4.1.1)";
-    auto s = Poll(scq, 1, kPrompt);
-    ASSERT_EQ(s.size(), 1u) << "the send posted in ERR was not flushed";
-    EXPECT_EQ(s[0].wr_id, 901u);
-    EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
+    ExpectFlushed(scq, 901, "the send posted in ERR");
 
     ibv_qp_ex* qx = ibv_qp_to_qp_ex(qp);
     if (qx != nullptr && qx->wr_send != nullptr) {
       ASSERT_EQ(WrSend(qx, 902, IBV_SEND_SIGNALED), 0) << "ibv_wr_* in ERR is accepted";
-      s = Poll(scq, 1, kPrompt);
-      ASSERT_EQ(s.size(), 1u);
-      EXPECT_EQ(s[0].wr_id, 902u);
-      EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
+      ExpectFlushed(scq, 902, "the ibv_wr_* SEND posted in ERR");
     }
 
     if (qp->qp_type != IBV_QPT_UD) {
@@ -70,10 +68,7 @@ class PostRule : public Loopback {
       b.bind_info.length = 4096;
       b.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
       ASSERT_EQ(ibv_bind_mw(qp, mw, &b), 0) << "ibv_bind_mw in ERR is accepted";
-      s = Poll(scq, 1, kPrompt);
-      ASSERT_EQ(s.size(), 1u);
-      EXPECT_EQ(s[0].wr_id, 903u);
-      EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
+      ExpectFlushed(scq, 903, "the bind posted in ERR");
       EXPECT_EQ(ibv_dealloc_mw(mw), 0);
       EXPECT_EQ(ibv_dereg_mr(mwmr), 0);
     }
@@ -216,10 +211,7 @@ TEST_F(PostRule, AfterACorruptRingPostsToTheOtherQueueAreFlushed) {
   ASSERT_EQ(PostSend(c, 1, 0, 16), 0);
   ASSERT_EQ(NextAsyncEvent().event_type, IBV_EVENT_QP_FATAL);
   ASSERT_EQ(PostSend(d, 5, 0, 16), 0);
-  auto s = Poll(own, 1, kPrompt);
-  ASSERT_EQ(s.size(), 1u) << "a send after a corrupt receive ring was not flushed";
-  EXPECT_EQ(s[0].wr_id, 5u);
-  EXPECT_EQ(s[0].status, IBV_WC_WR_FLUSH_ERR);
+  ExpectFlushed(own, 5, "a send after a corrupt receive ring");
   // The send ring is scribbled on: receives still flush.
   ibv_cq* own2 = OwnCq();
   ibv_qp* a = CreateQp(scq_, own2);
@@ -230,10 +222,7 @@ TEST_F(PostRule, AfterACorruptRingPostsToTheOtherQueueAreFlushed) {
   droce::provider::to_ctx(ctx_)->s->engine->Doorbell(pa->handle);
   ASSERT_EQ(NextAsyncEvent().event_type, IBV_EVENT_QP_FATAL);
   ASSERT_EQ(PostRecv(a, 6, 8192, 64), 0);
-  auto r = Poll(own2, 1, kPrompt);
-  ASSERT_EQ(r.size(), 1u) << "a receive after a corrupt send ring was not flushed";
-  EXPECT_EQ(r[0].wr_id, 6u);
-  EXPECT_EQ(r[0].status, IBV_WC_WR_FLUSH_ERR);
+  ExpectFlushed(own2, 6, "a receive after a corrupt send ring");
 }
 
 TEST_F(PostRule, AfterAnSrqErrorSendsAreFlushedAndReceivesRefused) {
