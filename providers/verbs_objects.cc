@@ -696,7 +696,8 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
   }
   std::memset(ah_attr, 0, sizeof(*ah_attr));
   ah_attr->port_num = port_num;
-  ah_attr->sl = wc->sl;
+  // wc->sl of a RoCE UD receive is the L3 header type (responder.cc), not a
+  // service level to send back with: the AH keeps SL 0.
   if (!(wc->wc_flags & IBV_WC_GRH)) {
     errno = EINVAL;  // RoCE always carries a GRH
     return -1;

@@ -105,6 +105,9 @@ struct PortAddr {
 };
 inline constexpr uint8_t kGidIndexIpv4 = 0;
 inline constexpr uint8_t kGidIndexIpv6 = 1;
+// The L3 header type a UD receive reports in wc.sl (mlx5's CQE values).
+inline constexpr uint8_t kRoceL3Ipv6 = 1;
+inline constexpr uint8_t kRoceL3Ipv4 = 2;
 
 // A shared receive queue: one ring of receive WQEs that several QPs of one
 // worker consume (IBA 10.2.9). Owned by the worker.

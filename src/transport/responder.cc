@@ -446,6 +446,11 @@ void Qp::OnUdRequest(const wire::PacketView& pkt) {
   c.qp_num = qpn_;
   c.src_qp = deth.src_qp;
   c.wc_flags = queue::wc::kFlagGrh;
+  // RoCE UD completions carry the frame's L3 header type where IB carries
+  // the SL (A17.4.5.1: the CQE tells IPv4 from IPv6), with mlx5's values:
+  // 2 IPv4, 1 IPv6. Software that finds the GRH's addresses by it (UCX's
+  // ud_verbs) reads wc.sl; rxe leaves it 0 and UCX then reads the wrong bytes.
+  c.sl = pkt.ipv6 ? kRoceL3Ipv6 : kRoceL3Ipv4;
   if (pkt.info->immdt) {
     std::memcpy(&c.imm_data, pkt.ext(pkt.info->immdt), 4);
     c.wc_flags |= queue::wc::kFlagWithImm;

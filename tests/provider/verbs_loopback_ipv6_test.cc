@@ -172,6 +172,7 @@ TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
   EXPECT_EQ(r[0].byte_len, 40u + 12);
   EXPECT_EQ(r[0].src_qp, x->qp_num);
   EXPECT_TRUE(r[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(r[0].sl, 1);  // the L3 header type, as mlx5 reports it: IPv6
   EXPECT_EQ(std::memcmp(buf_.data() + 8192 + 40, "ud over ipv6", 12), 0);
   // The GRH is the IPv6 header as sent: the AH's traffic class, flow label
   // and hop limit, UDP, and the port's address as source and destination.

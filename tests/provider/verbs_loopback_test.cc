@@ -381,6 +381,7 @@ TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   EXPECT_EQ(r[0].byte_len, 50u);
   EXPECT_EQ(r[0].src_qp, x->qp_num);
   EXPECT_TRUE(r[0].wc_flags & IBV_WC_GRH);
+  EXPECT_EQ(r[0].sl, 2);  // the L3 header type, as mlx5 reports it: IPv4
   EXPECT_EQ(std::memcmp(buf_.data() + 8192 + 40, "ud payload", 10), 0);
   EXPECT_EQ(buf_[8192 + 20] >> 4, 4);  // the IPv4 header sits in the GRH's last 20 bytes
   // An AH built from the completion points back at the sender.
