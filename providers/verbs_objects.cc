@@ -1,7 +1,10 @@
 // Protection domains, memory regions, completion channels, CQs and QPs.
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -90,11 +93,29 @@ void from_attr(const transport::QpAttr& t, ibv_qp_attr* a) {
   a->rnr_retry = t.rnr_retry;
 }
 
+// Drops the completion events queued on `ch` for `cq` that the application
+// never read (ibv_destroy_cq; the kernel's ib_uverbs_release_ucq does the
+// same), and takes their tokens off the eventfd without blocking, so that
+// poll() on the channel does not report them. A token another thread took
+// meanwhile, or one RWF_NOWAIT cannot take, is left to ibv_get_cq_event,
+// which reads again when it finds the queue empty.
+void drop_comp_events(Channel* ch, Cq* cq) {
+  std::lock_guard<std::mutex> l(ch->mu);
+  const auto dropped = std::erase(ch->events, cq);
+  for (size_t i = 0; i < dropped; ++i) {
+    uint64_t v;
+    iovec io{&v, sizeof(v)};
+    if (preadv2(ch->ch.fd, &io, 1, -1, RWF_NOWAIT) != sizeof(v)) break;
+  }
+}
+
 }  // namespace
 
+// An event counts as reported to the application when ibv_get_cq_event
+// returns it, as in the kernel (ib_uverbs_comp_event_handler queues it,
+// ib_uverbs_get_event counts it): ibv_destroy_cq waits only for those.
 void ChannelNotifier::NotifyCq(uint64_t cookie) {
   Cq* cq = reinterpret_cast<Cq*>(cookie);
-  cq->events_reported.fetch_add(1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> l(channel->mu);
     channel->events.push_back(cq);
@@ -438,8 +459,9 @@ int ibv_destroy_cq(ibv_cq* cq) {
     return rc;
   }
   // As libibverbs does: wait until every event reported for this CQ has been
-  // acknowledged with ibv_ack_cq_events (ibv_destroy_cq(3)); async events
-  // not yet read are dropped.
+  // acknowledged with ibv_ack_cq_events (ibv_destroy_cq(3)); completion and
+  // async events not yet read are dropped.
+  if (cq->channel != nullptr) drop_comp_events(reinterpret_cast<Channel*>(cq->channel), c);
   drop_async_events(to_ctx(cq->context),
                     [cq](const ibv_async_event& e) { return e.event_type == IBV_EVENT_CQ_ERR && e.element.cq == cq; },
                     false);
@@ -461,23 +483,25 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     errno = EINVAL;
     return -1;
   }
-  uint64_t v;
   // This thread may have been driving the engine; it is about to block, so
   // the worker takes over.
   to_ctx(channel->context)->s->engine->Handoff();
-  // Blocks, or fails with EAGAIN if the application made the fd O_NONBLOCK.
-  if (read(channel->fd, &v, sizeof(v)) != sizeof(v)) return -1;
   Channel* ch = reinterpret_cast<Channel*>(channel);
-  std::lock_guard<std::mutex> l(ch->mu);
-  if (ch->events.empty()) {
-    errno = EAGAIN;
-    return -1;
+  for (;;) {
+    uint64_t v;
+    // Blocks, or fails with EAGAIN if the application made the fd O_NONBLOCK.
+    if (read(channel->fd, &v, sizeof(v)) != sizeof(v)) return -1;
+    std::lock_guard<std::mutex> l(ch->mu);
+    // The queue may be shorter than the eventfd count: the event of a CQ
+    // destroyed unread was dropped (drop_comp_events). Wait for the next.
+    if (ch->events.empty()) continue;
+    Cq* c = ch->events.front();
+    ch->events.pop_front();
+    c->events_reported.fetch_add(1, std::memory_order_relaxed);
+    *cq = &c->cq;
+    *cq_context = c->cq.cq_context;
+    return 0;
   }
-  Cq* c = ch->events.front();
-  ch->events.pop_front();
-  *cq = &c->cq;
-  *cq_context = c->cq.cq_context;
-  return 0;
 }
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {

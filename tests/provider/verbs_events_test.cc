@@ -493,5 +493,65 @@ TEST_F(Loopback, DestroyQpWaitsForReadButUnackedEvents) {
   std::erase(qps_, c);
 }
 
+// The same rule for completion events (the kernel's ib_uverbs_release_ucq):
+// ibv_destroy_cq waits for the events of the CQ that ibv_get_cq_event
+// returned and that are not acknowledged; an event queued on the channel and
+// never read is dropped, and the channel stops reporting it. It used to be
+// counted when queued, and destroy waited for an acknowledgement that could
+// never come (UCX and Open MPI hung in MPI_Finalize).
+TEST_F(Loopback, DestroyCqDropsUnreadCompletionEvents) {
+  // A hang is the failure: end the test rather than the suite's timeout.
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    for (int i = 0; i < 100 && !done; ++i) usleep(50000);
+    if (!done) {
+      std::fprintf(stderr, "ibv_destroy_cq did not return\n");
+      std::_Exit(1);
+    }
+  });
+  auto raise_event = [&](ibv_cq* cq) {
+    ibv_qp* a = CreateQp(scq_, scq_);
+    ibv_qp* b = CreateQp(scq_, cq);
+    Connect(a, b);
+    EXPECT_EQ(ibv_req_notify_cq(cq, 0), 0);
+    EXPECT_EQ(PostRecv(b, 1, 4096, 64), 0);
+    EXPECT_EQ(PostSend(a, 1, 0, 64), 0);
+    pollfd p{channel_->fd, POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 5000), 1);
+    EXPECT_EQ(Poll(cq, 1).size(), 1u);
+    EXPECT_EQ(Poll(scq_, 1).size(), 1u);
+    for (ibv_qp* q : {a, b}) {
+      EXPECT_EQ(ibv_destroy_qp(q), 0);
+      std::erase(qps_, q);
+    }
+  };
+  ibv_cq* unread = ibv_create_cq(ctx_, 16, nullptr, channel_, 0);
+  ASSERT_NE(unread, nullptr);
+  raise_event(unread);
+  EXPECT_EQ(ibv_destroy_cq(unread), 0);
+  pollfd p{channel_->fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0);  // the dropped event is not reported
+
+  // Read but not acknowledged: destroy waits for the acknowledgement.
+  ibv_cq* read = ibv_create_cq(ctx_, 16, nullptr, channel_, 0);
+  ASSERT_NE(read, nullptr);
+  raise_event(read);
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  ASSERT_EQ(ibv_get_cq_event(channel_, &ev_cq, &ev_ctx), 0);
+  ASSERT_EQ(ev_cq, read);
+  std::atomic<bool> acked{false};
+  std::thread acker([&] {
+    usleep(100000);
+    acked = true;
+    ibv_ack_cq_events(ev_cq, 1);
+  });
+  EXPECT_EQ(ibv_destroy_cq(read), 0);
+  EXPECT_TRUE(acked.load());  // it returned only after the acknowledgement
+  acker.join();
+  done = true;
+  watchdog.join();
+}
+
 }  // namespace
 }  // namespace droce::test
