@@ -43,6 +43,7 @@ namespace droce {
   X(dropped_msgs, "UC/UD messages dropped (no receive WQE, PSN gap, bad key or length)")   \
   X(send_rem_access_err, "remote access error NAKs sent (bad rkey, rights or bounds)")    \
   X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")      \
+  X(self_loop_pkts, "frames sent to the port's own address, delivered inside the device instead of the link") \
   X(handoff_pkts, "received packets handed to the worker that owns their QP (DROCE_WORKERS > 1)") \
   X(handoff_drop, "received packets dropped because the owning worker's hand-off ring was full")
 

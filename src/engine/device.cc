@@ -163,6 +163,8 @@ absl::Status Device::Setup(const Config& cfg) {
     w->index = static_cast<uint16_t>(i);
     w->tx.reserve(1024);
     w->mcast_loop.reserve(64);
+    w->self_loop.reserve(64);
+    w->self_scratch.reserve(64);
     if (shared) {
       const std::string ring = absl::StrCat("droce", cfg.index, "_inbox", i);
       w->inbox = rte_ring_create(ring.c_str(), kInboxSize, SOCKET_ID_ANY, RING_F_SC_DEQ);

@@ -168,6 +168,10 @@ struct Worker final : transport::TransportEnv {
   // Copies of multicast frames sent on a link that does not return them
   // (every link but the internal loopback), for LoopBackMulticast.
   std::vector<rte_mbuf*> mcast_loop;
+  // Frames to the port's own address (a QP talking to another QP of this
+  // device, or to itself) on such a link, for LoopBackSelf; `self_scratch`
+  // is the batch being delivered while new ones queue.
+  std::vector<rte_mbuf*> self_loop, self_scratch;
   Counters stats;
   uint64_t last_timer_ns = 0;
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
@@ -330,6 +334,7 @@ class Device {
   void LearnSender(Worker& w, const wire::PacketView& v);
   // Delivers the multicast frames w sent to the device's attached QPs.
   void LoopBackMulticast(Worker& w);
+  void LoopBackSelf(Worker& w);
   void FlushTx(Worker& w);
   // Puts a QP on its owner's active list (its owner's driver, or the control
   // path).

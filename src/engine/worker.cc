@@ -217,6 +217,10 @@ bool Device::PollOnce(Worker& w) {
     LoopBackMulticast(w);
     busy = true;
   }
+  if (!w.self_loop.empty()) {
+    LoopBackSelf(w);
+    busy = true;
+  }
   const uint64_t now = NowNs();
   if (now - w.last_timer_ns >= kTimerTickNs) {
     w.last_timer_ns = now;
@@ -448,6 +452,18 @@ void Device::LoopBackMulticast(Worker& w) {
   w.mcast_loop.clear();
 }
 
+// An RNIC (and rxe) delivers a packet for its own address internally; on
+// a link that does not return our frames it would otherwise leave on the
+// wire and be lost (Open MPI's rank-to-self endpoint, UCX's self-connected
+// QPs). The frames go through the receive path as sent, after the turn's
+// sends, never from inside the sending QP; what they make (ACKs to
+// ourselves) is delivered the next turn.
+void Device::LoopBackSelf(Worker& w) {
+  std::swap(w.self_loop, w.self_scratch);
+  for (rte_mbuf* m : w.self_scratch) HandleFrame(w, m, /*handed=*/false);
+  w.self_scratch.clear();
+}
+
 void Device::LearnSender(Worker& w, const wire::PacketView& v) {
   // Learn the peer's MAC from its traffic: replies need no ARP or ND round
   // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
@@ -501,6 +517,11 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
     if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop.push_back(c);
   }
   dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
+  if (!dev->link_loops_back_ && std::memcmp(f.data, dev->port_.mac.data(), 6) == 0) {
+    ++stats.self_loop_pkts;
+    self_loop.push_back(m);
+    return;
+  }
   tx.push_back(m);
   if (tx.size() >= kTxBurst) dev->FlushTx(*this);
 }
