@@ -142,6 +142,7 @@ absl::Status Device::Setup(const Config& cfg) {
                   static_cast<uint8_t>(cfg.ip >> 8), static_cast<uint8_t>(cfg.ip)});
   }
   port_.mac = dpdk_.mac();
+  WaitForLink();
   // Virtual links carry any frame that fits an mbuf; real ones are bounded by
   // their Ethernet MTU.
   const uint8_t link_cap = (loopback || dpdk_.is_virtual_mac()) ? 5 : ib_mtu_for_link(port_.link_mtu);

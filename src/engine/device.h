@@ -342,6 +342,8 @@ class Device {
   void RunTimers(Worker& w, uint64_t now);
   // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
   void PollLinkState(Worker& w);
+  void WaitForLink();
+  bool ReconnectDue(uint64_t now) const;
   void RaiseDeviceEvent(int event_type);
   // All workers stopped (RunOnWorker, or a turn's exclusive work).
   void EnterFatal(const char* why);
@@ -413,6 +415,7 @@ class Device {
   std::atomic<bool> dead_{false};
   bool link_seen_up_ = false;
   uint64_t last_link_poll_ns_ = 0;
+  uint64_t last_reconnect_ns_ = 0;  // the last try of a memif client (dpdk_.reconnects())
   std::vector<EventSink*> device_sinks_;
 
   // links & addressing (io/arp/icmp/nd)

@@ -3,6 +3,8 @@
 // IBV_EVENT_PORT_ERR or IBV_EVENT_PORT_ACTIVE; a link whose kernel interface
 // disappeared, or an exception escaping the engine, kills the device with
 // IBV_EVENT_DEVICE_FATAL (IBA 11.6.3.3: unaffiliated catastrophic error).
+#include <unistd.h>
+
 #include <rte_mbuf.h>
 
 #include <algorithm>
@@ -16,6 +18,14 @@ namespace droce::engine {
 namespace {
 
 constexpr uint64_t kLinkPollNs = 100'000'000;
+// A memif client tries its server again this long after a failed try, and
+// this long after a try that connected but brought no link up (a server
+// that already has a client, or went away during the handshake).
+constexpr uint64_t kReconnectNs = 100'000'000, kHandshakeNs = 1'000'000'000;
+// How long opening a memif client's device waits for its server: two
+// programs started together (ucx_perftest, an MPI job's ranks) find each
+// other without a lost first message.
+constexpr uint64_t kLinkWaitNs = 3'000'000'000;
 // enum ibv_event_type
 constexpr int kEventDeviceFatal = 8, kEventPortActive = 9, kEventPortErr = 10;
 
@@ -33,6 +43,31 @@ void Device::RaiseDeviceEvent(int event_type) {
   for (EventSink* s : device_sinks_) s->DeviceEvent(event_type);
 }
 
+bool Device::ReconnectDue(uint64_t now) const {
+  return dpdk_.reconnects() && now - last_reconnect_ns_ >= (dpdk_.started() ? kHandshakeNs : kReconnectNs);
+}
+
+// Setup, before any worker runs: a memif client tries its server until the
+// link is up or kLinkWaitNs have passed. Then the port reports what it is
+// (PollLinkState goes on trying).
+void Device::WaitForLink() {
+  if (!dpdk_.reconnects()) return;
+  const uint64_t start = NowNs();
+  last_reconnect_ns_ = start;
+  for (uint64_t now = start; now - start < kLinkWaitNs; now = NowNs()) {
+    if (dpdk_.PollLink() == io::DpdkPort::LinkState::kUp) break;
+    if (ReconnectDue(now)) {
+      last_reconnect_ns_ = now;
+      dpdk_.Reconnect();
+    }
+    usleep(5000);
+  }
+  const bool up = dpdk_.PollLink() == io::DpdkPort::LinkState::kUp;
+  link_seen_up_ = up;
+  port_active_.store(up, std::memory_order_relaxed);
+  if (!up) Log(LogLevel::kWarning, "%s: memif server not reachable yet; the port is DOWN until it is", port_.name.c_str());
+}
+
 void Device::PollLinkState(Worker& w) {
   const uint64_t now = w.last_timer_ns;
   if (dead() || now - last_link_poll_ns_ < kLinkPollNs) return;
@@ -46,7 +81,16 @@ void Device::PollLinkState(Worker& w) {
   }
   const bool up = s == LinkState::kUp;
   if (up) link_seen_up_ = true;
-  const bool active = up || !link_seen_up_;
+  if (!up && ReconnectDue(now)) {
+    // Stopping and starting the port needs every worker away from its queues.
+    last_reconnect_ns_ = now;
+    w.exclusive.push_back([this] { dpdk_.Reconnect(); });
+  }
+  // A port whose link was never up counts as ACTIVE (a memif server waiting
+  // for its first client: perftest and the ibverbs examples refuse a port
+  // that is not ACTIVE, and nothing can reach it before a client comes). A
+  // memif client knows better: it reports DOWN until its server answers.
+  const bool active = up || (!link_seen_up_ && !dpdk_.reconnects());
   if (active == port_active()) return;
   port_active_.store(active, std::memory_order_relaxed);
   if (!active) ++w.stats.link_downed;

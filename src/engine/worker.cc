@@ -184,7 +184,8 @@ bool Device::PollOnce(Worker& w) {
     busy = true;
   }
   rte_mbuf* rx[kRxBurst];
-  uint16_t n = dead() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
+  // A memif client not connected yet has no started port to poll.
+  uint16_t n = dead() || !dpdk_.started() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
     HandleFrame(w, rx[i], /*handed=*/false);
@@ -532,6 +533,7 @@ bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->Invalidate
 const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
 
 void Device::FlushTx(Worker& w) {
+  if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
   const uint16_t n = static_cast<uint16_t>(std::min<size_t>(w.tx.size(), UINT16_MAX));
   uint16_t done = 0;
   for (int tries = 0; done < n && tries < 4; ++tries) {

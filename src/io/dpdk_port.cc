@@ -230,6 +230,7 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
           absl::StrCat("link '", devargs, "': cannot create the DPDK device (unknown driver or bad arguments)"));
     }
     virtual_mac_ = name.rfind("net_memif", 0) == 0 || name.rfind("net_ring", 0) == 0;
+    reconnects_ = name.rfind("net_memif", 0) == 0 && devarg_value(params, "role") == "client";
     iface_ = devarg_value(params, "iface");
   }
   const std::string port_name = IsPciAddress(devargs) ? pci_port_name(devargs) : name;
@@ -292,7 +293,11 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
     }
   }
   if (int rc = rte_eth_dev_start(port_id_); rc != 0) {
-    return absl::InternalError(absl::StrCat("start: ", rte_strerror(-rc)));
+    // A memif client whose server is not listening yet: the link is down
+    // until Reconnect() gets through.
+    if (!reconnects_) return absl::InternalError(absl::StrCat("start: ", rte_strerror(-rc)));
+  } else {
+    started_ = true;
   }
   rte_eth_promiscuous_enable(port_id_);  // not every vdev supports it; harmless
   rte_ether_addr a{};
@@ -344,6 +349,19 @@ DpdkPort::LinkState DpdkPort::PollLink() {
   rte_eth_link link{};
   if (rte_eth_link_get_nowait(port_id_, &link) != 0) return LinkState::kUnknown;
   return link.link_status == RTE_ETH_LINK_UP ? LinkState::kUp : LinkState::kDown;
+}
+
+bool DpdkPort::Reconnect() {
+  if (!reconnects_) return started_;
+  // Each failed try logs "Failed to connect socket" at ERR: the first one
+  // (in Open) is worth seeing, a retry every 100 ms is not.
+  const int type = rte_log_register("pmd.net.memif");
+  const int level = type >= 0 ? rte_log_get_level(type) : -1;
+  if (level > 0) rte_log_set_level(type, RTE_LOG_CRIT);
+  if (started_) rte_eth_dev_stop(port_id_);
+  started_ = rte_eth_dev_start(port_id_) == 0;
+  if (level > 0) rte_log_set_level(type, static_cast<uint32_t>(level));
+  return started_;
 }
 
 void DpdkPort::Close() {

@@ -63,6 +63,16 @@ class DpdkPort {
   enum class LinkState : uint8_t { kUp, kDown, kGone, kUnknown };
   LinkState PollLink();
 
+  // A memif client connects to its server once per rte_eth_dev_start, and
+  // the PMD never tries again by itself: not when the server was not
+  // listening yet, nor after it went away. For such a port (reconnects())
+  // Open does not fail when the first try does, and Reconnect() stops and
+  // starts the port to try again. The caller keeps every other user of the
+  // port's queues away meanwhile. True if the port is started.
+  bool reconnects() const { return reconnects_; }
+  bool started() const { return started_; }
+  bool Reconnect();
+
   uint16_t port_id() const { return port_id_; }
   rte_mempool* pool() const { return pool_; }
   wire::MacAddr mac() const { return mac_; }
@@ -87,6 +97,8 @@ class DpdkPort {
   uint16_t data_room_ = 0;
   bool virtual_mac_ = false;
   bool open_ = false;
+  bool reconnects_ = false;
+  bool started_ = false;
   int ctl_fd_ = -1;  // for SIOCGIFFLAGS on iface_
   std::string driver_;
   std::string iface_;
