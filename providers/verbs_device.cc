@@ -1,5 +1,6 @@
 // Devices, contexts and queries: ibv_get_device_list … ibv_query_gid.
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "common/log.h"
 #include "engine/config.h"
 #include "provider.h"
+#include "sysfs_view.h"
 
 using droce::provider::Context;
 using droce::provider::ContextState;
@@ -86,32 +88,6 @@ std::string gid_text(const uint8_t* g) {
                 g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12], g[13],
                 g[14], g[15]);
   return buf;
-}
-
-// The value of one of droce<index>'s sysfs attributes, as the kernel would
-// show it; false for a file droce does not provide. GID attributes start
-// the device (as ibv_get_device_guid does): the table depends on its
-// configuration. gid_attrs/ndevs/N is not provided: droce's GIDs belong to
-// no kernel net device, and the kernel fails that read for such a GID too
-// (libibverbs then reports ndev_ifindex 0).
-bool sysfs_attr(int index, const std::string& file, std::string* value) {
-  if (file == "board_id") *value = "droce";
-  else if (file == "fw_ver") *value = "droce-0.1.0";
-  else if (file == "node_type") *value = "1: CA";
-  else if (file == "hw_rev") *value = "0";
-  else {
-    constexpr std::string_view kGids = "ports/1/gids/", kTypes = "ports/1/gid_attrs/types/";
-    const bool gid = file.starts_with(kGids);
-    if (!gid && !file.starts_with(kTypes)) return false;
-    const std::string num = file.substr(gid ? kGids.size() : kTypes.size());
-    if (num.empty() || num.size() > 3 || num.find_first_not_of("0123456789") != std::string::npos) return false;
-    auto dev = engine::Device::Instance(index);
-    if (!dev.ok()) return false;
-    const uint8_t* g = port_gid((*dev)->port(), std::stoul(num));
-    if (g == nullptr) return false;
-    *value = gid ? gid_text(g) : "RoCE v2";
-  }
-  return true;
 }
 
 void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
@@ -200,6 +176,66 @@ ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
 
 
 }  // namespace
+
+// Every attribute's value, as the kernel's drivers/infiniband/core/sysfs.c
+// formats it. Attributes that depend on the port start the device (as
+// ibv_get_device_guid does): the MAC, the GID table and the link come from
+// its configuration and its link. gid_attrs/ndevs/N is not provided:
+// droce's GIDs belong to no kernel net device, and the kernel fails that
+// read for such a GID too (libibverbs then reports ndev_ifindex 0).
+bool sysfs_attr(int index, std::string_view file, std::string* value) {
+  char buf[64];
+  if (file == "board_id") *value = "droce";
+  else if (file == "fw_ver") *value = "droce-0.1.0";
+  else if (file == "node_type") *value = "1: CA";
+  else if (file == "hw_rev") *value = "0";
+  else if (file == "node_desc") *value = "droce" + std::to_string(index);
+  else {
+    auto dev = engine::Device::Instance(index);
+    if (!dev.ok()) return false;
+    const engine::PortInfo& p = (*dev)->port();
+    if (file == "node_guid" || file == "sys_image_guid") {
+      const uint64_t g = node_guid_host(p);
+      std::snprintf(buf, sizeof(buf), "%04x:%04x:%04x:%04x", static_cast<unsigned>(g >> 48),
+                    static_cast<unsigned>(g >> 32) & 0xFFFF, static_cast<unsigned>(g >> 16) & 0xFFFF,
+                    static_cast<unsigned>(g) & 0xFFFF);
+      *value = buf;
+      return true;
+    }
+    constexpr std::string_view kPort = "ports/1/";
+    if (!file.starts_with(kPort)) return false;
+    file.remove_prefix(kPort.size());
+    ibv_port_attr a;
+    fill_port_attr(**dev, &a);
+    if (file == "state") *value = a.state == IBV_PORT_ACTIVE ? "4: ACTIVE" : "1: DOWN";
+    else if (file == "phys_state") *value = a.phys_state == 5 ? "5: LinkUp" : "3: Disabled";
+    else if (file == "link_layer") *value = "Ethernet";
+    else if (file == "lid") *value = "0x0";
+    else if (file == "sm_lid") *value = "0x0";
+    else if (file == "lid_mask_count") *value = "0";
+    else if (file == "sm_sl") *value = "0";
+    else if (file == "cap_mask") {
+      std::snprintf(buf, sizeof(buf), "0x%08x", a.port_cap_flags);
+      *value = buf;
+    } else if (file == "rate") {
+      // active_speed 32 (EDR): 25 Gb/s a lane, times the width (1X).
+      *value = "25 Gb/sec (1X EDR)";
+    } else if (file == "pkeys/0") *value = "0xffff";
+    else {
+      constexpr std::string_view kGids = "gids/", kTypes = "gid_attrs/types/";
+      const bool gid = file.starts_with(kGids);
+      if (!gid && !file.starts_with(kTypes)) return false;
+      const std::string_view num = file.substr(gid ? kGids.size() : kTypes.size());
+      if (num.empty() || num.size() > 3 || num.find_first_not_of("0123456789") != std::string::npos) {
+        return false;
+      }
+      const uint8_t* g = port_gid(p, std::stoul(std::string(num)));
+      if (g == nullptr) return false;
+      *value = gid ? gid_text(g) : "RoCE v2";
+    }
+  }
+  return true;
+}
 
 bool context_is_ours(ibv_context* c) { return is_ours(c); }
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
@@ -417,26 +453,15 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
   return (be16toh(pkey) & 0x7FFF) == 0x7FFF ? 0 : -1;
 }
 
-// Serves droce0's few sysfs attributes; other paths read the real file, as
-// libibverbs' version does.
+// Reads droce's attributes from the tree (sysfs_view.cc), which is written
+// from sysfs_attr, so this and a program reading the files agree; other
+// paths read the real file, as libibverbs' version does.
 int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size) {
   if (dir == nullptr || file == nullptr || buf == nullptr || size == 0) return -1;
-  if (std::strncmp(dir, kIbdevPrefix, std::strlen(kIbdevPrefix)) == 0) {
-    const char* num = dir + std::strlen(kIbdevPrefix);
-    char* end = nullptr;
-    const long index = std::strtol(num, &end, 10);
-    std::string value;
-    if (end == num || *end != '\0' || index < 0 || index >= kMaxDevices ||
-        !sysfs_attr(static_cast<int>(index), file, &value)) {
-      return -1;
-    }
-    const size_t n = std::min(size - 1, value.size());
-    std::memcpy(buf, value.data(), n);
-    buf[n] = '\0';
-    return static_cast<int>(n);
-  }
   std::string path = std::string(dir) + "/" + file;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  char mapped[PATH_MAX];
+  const char* name = sysfs_map(path.c_str(), mapped, sizeof(mapped)) ? mapped : path.c_str();
+  int fd = open(name, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t len = read(fd, buf, size);
   close(fd);
@@ -445,6 +470,8 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
   if (buf[len - 1] == '\n') buf[--len] = '\0';
   return static_cast<int>(len);
 }
+
+const char* ibv_get_sysfs_path(void) { return sysfs_root(); }
 
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   if (!is_ours(context) || event == nullptr) {

@@ -17,6 +17,8 @@ packages=(
   libabsl-dev libisal-dev libpcap-dev
   # tests and benchmarks (clang + its runtimes for the libFuzzer run, tests/fuzz)
   libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
+  # UCX as a verbs consumer that looks at /dev/infiniband and sysfs (ucx_info)
+  ucx-utils
   # tools used by the scripts and tests
   iproute2 procps iputils-ping tcpdump
   # bench/run: dpdk-testpmd (the raw-DPDK ceiling) and the kernel TCP baselines

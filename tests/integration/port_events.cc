@@ -55,6 +55,24 @@ ibv_port_state PortState(ibv_context* ctx) {
   return a.state;
 }
 
+// The sysfs view's ports/1/state (providers/sysfs_view.cc) once it says
+// `want`: the worker rewrites it right after it raises the event, so allow it
+// a moment.
+void WaitSysfsState(const char* want) {
+  char buf[32] = "";
+  for (int i = 0; i < 1000; ++i) {
+    if (FILE* f = std::fopen("/sys/class/infiniband/droce0/ports/1/state", "r")) {
+      if (std::fgets(buf, sizeof(buf), f) == nullptr) buf[0] = '\0';
+      std::fclose(f);
+      buf[std::strcspn(buf, "\n")] = '\0';
+      if (std::strcmp(buf, want) == 0) return;
+    }
+    poll(nullptr, 0, 1);
+  }
+  std::fprintf(stderr, "port_events: sysfs ports/1/state is '%s', want '%s'\n", buf, want);
+  Fail("sysfs port state");
+}
+
 }  // namespace
 
 int main() {
@@ -91,13 +109,16 @@ int main() {
   ibv_recv_wr* bad = nullptr;
   if (ibv_post_recv(qp, &rwr, &bad) != 0) Fail("ibv_post_recv");
   if (PortState(ctx) != IBV_PORT_ACTIVE) Fail("the port is not active at start");
+  WaitSysfsState("4: ACTIVE");
   Stage("ready");
 
   WaitEvent(ctx, IBV_EVENT_PORT_ERR, 20000);
   if (PortState(ctx) != IBV_PORT_DOWN) Fail("PORT_ERR but the port is not down");
+  WaitSysfsState("1: DOWN");
   Stage("down");
   WaitEvent(ctx, IBV_EVENT_PORT_ACTIVE, 20000);
   if (PortState(ctx) != IBV_PORT_ACTIVE) Fail("PORT_ACTIVE but the port is not active");
+  WaitSysfsState("4: ACTIVE");
   Stage("up");
 
   // Deleting an interface takes it down first: the 100 ms link poll may see
