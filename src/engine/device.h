@@ -392,6 +392,7 @@ class Device {
   std::atomic<uint32_t> ctl_pending_{0};
 
   std::atomic<uint64_t> last_app_drive_ns_{0};
+  std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls that found their CQ empty (kBusyPolls)
   bool app_progress_ = true;
 
   // The device's tables: changed only by the control path (every worker

@@ -45,6 +45,15 @@ constexpr uint64_t kAppDriveWindowNs = 2'000'000;
 // time is the worker's last timer tick, up to kTimerTickNs old.
 constexpr uint64_t kKickDeferNs = 100'000;
 constexpr long kAppNapNs = 1'000'000;
+// Only threads that poll busily send the worker to sleep: at least
+// kBusyPolls polls of empty CQs in the last kBusyIntervalNs. A program that
+// polls now and then (UCX's progress from its socket waits: a few polls
+// every millisecond) does not, or a peer's RDMA READ or atomic, which only
+// the engine answers, waited up to kAppNapNs for the next nap's end (UCX's
+// ucp_get: 1.1 ms per READ).
+constexpr uint64_t kBusyIntervalNs = 1'000'000;
+constexpr uint64_t kBusyPolls = 20;
+constexpr long kShortNapNs = 20'000;
 
 }  // namespace
 
@@ -61,15 +70,31 @@ void Device::Loop(Worker& w) {
   unsigned idle = 0;
   uint64_t last_busy_ns = 0;
   Turn turn;
+  // Whether application threads polled busily in the last interval.
+  uint64_t interval_ns = 0, interval_polls = 0;
+  bool apps_busy = false;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0) {
       sched_yield();
       continue;
     }
     const uint64_t now = NowNs();
-    if (now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs ||
-        w.drive_lock.exchange(true, std::memory_order_acquire)) {
-      Nap(w, kAppNapNs);  // an application thread is driving
+    if (now - interval_ns >= kBusyIntervalNs) {
+      const uint64_t polls = app_polls_.load(std::memory_order_relaxed);
+      apps_busy = polls - interval_polls >= kBusyPolls;
+      interval_ns = now;
+      interval_polls = polls;
+    }
+    if (apps_busy && now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs) {
+      Nap(w, kAppNapNs);  // an application thread is busy polling: it drives
+      idle = 0;
+      continue;
+    }
+    if (w.drive_lock.exchange(true, std::memory_order_acquire)) {
+      // A thread is in a turn right now: a busy poller will be back, one
+      // that polls now and then is no reason to leave the engine for a
+      // whole nap.
+      Nap(w, apps_busy ? kAppNapNs : kShortNapNs);
       idle = 0;
       continue;
     }
@@ -116,7 +141,10 @@ bool Device::TryDrive(bool polling) {
   // Only a thread polling its CQ will come back for received packets; one
   // that just posted may spin on memory instead (ib_write_lat's receiver), so
   // posting does not send the workers to sleep.
-  if (turn.timer_ns != 0 && polling) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
+  if (polling) {
+    app_polls_.fetch_add(1, std::memory_order_relaxed);
+    if (turn.timer_ns != 0) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
+  }
   return busy;
 }
 
