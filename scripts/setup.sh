@@ -19,6 +19,8 @@ packages=(
   libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # UCX as a verbs consumer that looks at /dev/infiniband and sysfs (ucx_info)
   ucx-utils
+  # Open MPI over droce (pml ucx; tests/integration/mpi_jobs.sh, slow suite)
+  openmpi-bin libopenmpi-dev
   # tools used by the scripts and tests
   iproute2 procps iputils-ping tcpdump
   # bench/run: dpdk-testpmd (the raw-DPDK ceiling) and the kernel TCP baselines
