@@ -545,8 +545,10 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   if (group_mac && !dev->link_loops_back_ && dev->mcast_.groups() != 0) {
     if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop.push_back(c);
   }
+  // Read before tagging: the tag moves the Ethernet header.
+  const bool to_self = !dev->link_loops_back_ && std::memcmp(f.data, dev->port_.mac.data(), 6) == 0;
   dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
-  if (!dev->link_loops_back_ && std::memcmp(f.data, dev->port_.mac.data(), 6) == 0) {
+  if (to_self) {
     ++stats.self_loop_pkts;
     self_loop.push_back(m);
     return;
