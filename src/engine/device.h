@@ -335,6 +335,7 @@ class Device {
   // Delivers the multicast frames w sent to the device's attached QPs.
   void LoopBackMulticast(Worker& w);
   void LoopBackSelf(Worker& w);
+  bool IsOwnAddress(const uint8_t* frame, uint32_t len) const;
   void FlushTx(Worker& w);
   // Puts a QP on its owner's active list (its owner's driver, or the control
   // path).

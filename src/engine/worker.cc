@@ -481,6 +481,17 @@ void Device::LoopBackMulticast(Worker& w) {
   w.mcast_loop.clear();
 }
 
+// Whether an untagged IPv4 or IPv6 frame is addressed to the port's own
+// address.
+bool Device::IsOwnAddress(const uint8_t* f, uint32_t len) const {
+  const uint16_t type = wire::load_be16(f + 12);
+  if (type == 0x0800) return wire::load_be32(f + wire::kEthLen + 16) == port_.ip;
+  if (type == 0x86DD && has_ip6_ && len >= wire::kEthLen + 40) {
+    return std::memcmp(f + wire::kEthLen + 24, ip6_.data(), 16) == 0;
+  }
+  return false;
+}
+
 // An RNIC (and rxe) delivers a packet for its own address internally; on
 // a link that does not return our frames it would otherwise leave on the
 // wire and be lost (Open MPI's rank-to-self endpoint, UCX's self-connected
@@ -545,8 +556,11 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   if (group_mac && !dev->link_loops_back_ && dev->mcast_.groups() != 0) {
     if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop.push_back(c);
   }
-  // Read before tagging: the tag moves the Ethernet header.
-  const bool to_self = !dev->link_loops_back_ && std::memcmp(f.data, dev->port_.mac.data(), 6) == 0;
+  // Read before tagging (the tag moves the Ethernet header). The MAC alone
+  // is not enough: on a tap link the kernel's side has the port's MAC, and
+  // what droce sends to the kernel's address must leave.
+  const bool to_self = !dev->link_loops_back_ && len >= wire::kEthLen + 40 &&
+                       std::memcmp(f.data, dev->port_.mac.data(), 6) == 0 && dev->IsOwnAddress(f.data, len);
   dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   if (to_self) {
     ++stats.self_loop_pkts;
