@@ -408,6 +408,16 @@ using namespace droce::provider;
 // the path or the mapped path; the device node answered here.
 extern "C" {
 
+// The mode argument of open & co., present only with O_CREAT or O_TMPFILE.
+#define DROCE_OPEN_MODE(flags)  \
+  mode_t mode = 0;              \
+  if (needs_mode(flags)) {      \
+    va_list ap;                 \
+    va_start(ap, flags);        \
+    mode = va_arg(ap, mode_t);  \
+    va_end(ap);                 \
+  }
+
 #define DROCE_OPEN_BODY(real_fn, call_path, ...)                    \
   if (maybe_ours(call_path)) {                                      \
     const Target t = classify(call_path);                           \
@@ -417,24 +427,12 @@ extern "C" {
   return real_fn(call_path, __VA_ARGS__)
 
 int open(const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  DROCE_OPEN_MODE(flags);
   DROCE_OPEN_BODY(REAL(open), path, flags, mode);
 }
 
 int open64(const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  DROCE_OPEN_MODE(flags);
   DROCE_OPEN_BODY(REAL(open64), path, flags, mode);
 }
 
@@ -450,24 +448,12 @@ int __open64_2(const char* path, int flags) { DROCE_OPEN_BODY(REAL(__open64_2), 
   return real_fn(dirfd, path, __VA_ARGS__)
 
 int openat(int dirfd, const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  DROCE_OPEN_MODE(flags);
   DROCE_OPENAT_BODY(REAL(openat), flags, mode);
 }
 
 int openat64(int dirfd, const char* path, int flags, ...) {
-  mode_t mode = 0;
-  if (needs_mode(flags)) {
-    va_list ap;
-    va_start(ap, flags);
-    mode = va_arg(ap, mode_t);
-    va_end(ap);
-  }
+  DROCE_OPEN_MODE(flags);
   DROCE_OPENAT_BODY(REAL(openat64), flags, mode);
 }
 
@@ -505,7 +491,7 @@ DIR* opendir(const char* path) {
   return REAL(opendir)(path);
 }
 
-#define DROCE_STAT_BODY(real_fn, st_type)                                 \
+#define DROCE_STAT_BODY(real_fn)                                 \
   if (maybe_ours(path)) {                                                 \
     const Target t = classify(path);                                      \
     if (t.kind == Kind::kSysfs) return real_fn(t.path, buf);              \
@@ -515,10 +501,10 @@ DIR* opendir(const char* path) {
 
 static_assert(sizeof(struct stat) == sizeof(struct stat64), "x86_64: one stat layout");
 
-int stat(const char* path, struct stat* buf) { DROCE_STAT_BODY(REAL(stat), struct stat); }
-int stat64(const char* path, struct stat64* buf) { DROCE_STAT_BODY(REAL(stat64), struct stat64); }
-int lstat(const char* path, struct stat* buf) { DROCE_STAT_BODY(REAL(lstat), struct stat); }
-int lstat64(const char* path, struct stat64* buf) { DROCE_STAT_BODY(REAL(lstat64), struct stat64); }
+int stat(const char* path, struct stat* buf) { DROCE_STAT_BODY(REAL(stat)); }
+int stat64(const char* path, struct stat64* buf) { DROCE_STAT_BODY(REAL(stat64)); }
+int lstat(const char* path, struct stat* buf) { DROCE_STAT_BODY(REAL(lstat)); }
+int lstat64(const char* path, struct stat64* buf) { DROCE_STAT_BODY(REAL(lstat64)); }
 
 #define DROCE_FSTATAT_BODY(real_fn)                                       \
   if (maybe_ours(path)) {            \

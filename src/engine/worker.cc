@@ -481,15 +481,13 @@ void Device::LoopBackMulticast(Worker& w) {
   w.mcast_loop.clear();
 }
 
-// Whether an untagged IPv4 or IPv6 frame is addressed to the port's own
+// Whether an untagged frame goes to the port's own MAC and IPv4 or IPv6
 // address.
 bool Device::IsOwnAddress(const uint8_t* f, uint32_t len) const {
+  if (len < wire::kEthLen + wire::kIpv6Len || std::memcmp(f, port_.mac.data(), 6) != 0) return false;
   const uint16_t type = wire::load_be16(f + 12);
-  if (type == 0x0800) return wire::load_be32(f + wire::kEthLen + 16) == port_.ip;
-  if (type == 0x86DD && has_ip6_ && len >= wire::kEthLen + 40) {
-    return std::memcmp(f + wire::kEthLen + 24, ip6_.data(), 16) == 0;
-  }
-  return false;
+  if (type == wire::kEtherTypeIpv4) return wire::load_be32(f + wire::kEthLen + 16) == port_.ip;
+  return type == wire::kEtherTypeIpv6 && has_ip6_ && std::memcmp(f + wire::kEthLen + 24, ip6_.data(), 16) == 0;
 }
 
 // An RNIC (and rxe) delivers a packet for its own address internally; on
@@ -559,8 +557,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   // Read before tagging (the tag moves the Ethernet header). The MAC alone
   // is not enough: on a tap link the kernel's side has the port's MAC, and
   // what droce sends to the kernel's address must leave.
-  const bool to_self = !dev->link_loops_back_ && len >= wire::kEthLen + 40 &&
-                       std::memcmp(f.data, dev->port_.mac.data(), 6) == 0 && dev->IsOwnAddress(f.data, len);
+  const bool to_self = !dev->link_loops_back_ && dev->IsOwnAddress(f.data, len);
   dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   if (to_self) {
     ++stats.self_loop_pkts;

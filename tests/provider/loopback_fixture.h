@@ -134,6 +134,12 @@ class Loopback : public ::testing::Test {
                                         IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC),
               0);
   }
+  // Lets the peer's requests in with `access` (IBV_ACCESS_REMOTE_*).
+  void GrantRemote(ibv_qp* q, unsigned access) {
+    ibv_qp_attr a{};
+    a.qp_access_flags = access;
+    ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_ACCESS_FLAGS), 0);
+  }
   void Connect(ibv_qp* a, ibv_qp* b, int gid_index = 0) {
     ToInit(a);
     ToInit(b);

@@ -33,9 +33,7 @@ TEST_F(Dereg, RegionIsNeverWrittenAfterIbvDeregMrReturns) {
     ASSERT_NE(a, nullptr);
     ASSERT_NE(b, nullptr);
     Connect(a, b);
-    ibv_qp_attr acc{};
-    acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+    GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
 
     ibv_sge s{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(kLen), smr->lkey};
     ibv_send_wr wr{};

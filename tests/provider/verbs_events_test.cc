@@ -107,9 +107,7 @@ TEST_F(Loopback, RemoteAccessViolationRaisesAccessErrOnTheResponder) {
   Connect(a, b);
   // The QP allows RDMA WRITE (without that the request itself is invalid);
   // the MR behind the rkey does not.
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
   ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), 64, mr_->lkey};
   ibv_send_wr wr{};
   wr.wr_id = 1;

@@ -62,9 +62,7 @@ TEST_F(LoopbackIpv6, RcSendWriteReadAndAtomicsOverGidIndexOne) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   Connect(a, b, 1);
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
   ibv_qp_attr q{};
   ibv_qp_init_attr qi{};
   ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_AV, &qi), 0);

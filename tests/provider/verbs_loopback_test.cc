@@ -313,9 +313,7 @@ TEST_F(Loopback, WriteWithImmediateConsumesAReceive) {
   ibv_qp* a = CreateQp(scq_, scq_);
   ibv_qp* b = CreateQp(scq_, rcq_);
   Connect(a, b);
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
   ASSERT_EQ(PostRecv(b, 77, 8192, 16), 0);
   std::memcpy(buf_.data(), "0123456789", 10);
   ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), 10, mr_->lkey};
@@ -609,9 +607,7 @@ TEST_F(Loopback, MemoryWindowsBindAccessAndInvalidate) {
   ibv_qp* a = CreateQp(scq_, scq_);
   ibv_qp* b = CreateQp(scq_, rcq_);
   Connect(a, b);
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   auto write = [&](uint64_t wr_id, uint64_t raddr, uint32_t rkey, uint32_t len) {
     ibv_sge s{reinterpret_cast<uint64_t>(buf_.data()), len, mr_->lkey};
     ibv_send_wr wr{};
@@ -660,7 +656,7 @@ TEST_F(Loopback, MemoryWindowsBindAccessAndInvalidate) {
   a = CreateQp(scq_, scq_);
   b = CreateQp(scq_, rcq_);
   Connect(a, b);
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   ibv_mw* mw2 = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
   ASSERT_NE(mw2, nullptr);
   const uint32_t rkey2 = ibv_inc_rkey(mw2->rkey);
@@ -772,9 +768,7 @@ TEST_F(Loopback, PostRightAfterPollingIsSentWithoutAnotherPoll) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   Connect(a, b);
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
   for (int round = 1; round <= 5; ++round) {
     std::memset(buf_.data(), round, 64);
     ibv_wc wc;
@@ -821,9 +815,7 @@ TEST_F(Loopback, WrApiRdmaReadWriteAndAtomics) {
   qps_.push_back(a);
   ibv_qp* b = CreateQp(scq_, rcq_);
   Connect(a, b);
-  ibv_qp_attr acc{};
-  acc.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(b, &acc, IBV_QP_ACCESS_FLAGS), 0);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
   uint64_t word = 40;
   std::memcpy(region + 2048, &word, 8);
   std::memset(buf_.data() + 1024, 0, 64);
