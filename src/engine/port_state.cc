@@ -18,10 +18,12 @@ namespace droce::engine {
 namespace {
 
 constexpr uint64_t kLinkPollNs = 100'000'000;
-// A memif client tries its server again this long after a failed try, and
-// this long after a try that connected but brought no link up (a server
-// that already has a client, or went away during the handshake).
-constexpr uint64_t kReconnectNs = 100'000'000, kHandshakeNs = 1'000'000'000;
+// A memif client tries its server again this long after a failed try or a
+// link that was up and went down (the PMD dropped the connection), and
+// this long after a try that connected but brought no link up yet (a
+// handshake in progress on a loaded machine, a server that already has a
+// client).
+constexpr uint64_t kReconnectNs = 100'000'000, kHandshakeNs = 3'000'000'000;
 // How long opening a memif client's device waits for its server: two
 // programs started together (ucx_perftest, an MPI job's ranks) find each
 // other without a lost first message.
@@ -44,7 +46,8 @@ void Device::RaiseDeviceEvent(int event_type) {
 }
 
 bool Device::ReconnectDue(uint64_t now) const {
-  return dpdk_.reconnects() && now - last_reconnect_ns_ >= (dpdk_.started() ? kHandshakeNs : kReconnectNs);
+  const bool handshaking = dpdk_.started() && !link_up_since_try_;
+  return dpdk_.reconnects() && now - last_reconnect_ns_ >= (handshaking ? kHandshakeNs : kReconnectNs);
 }
 
 // Setup, before any worker runs: a memif client tries its server until the
@@ -58,12 +61,13 @@ void Device::WaitForLink() {
     if (dpdk_.PollLink() == io::DpdkPort::LinkState::kUp) break;
     if (ReconnectDue(now)) {
       last_reconnect_ns_ = now;
+      link_up_since_try_ = false;
       dpdk_.Reconnect();
     }
     usleep(5000);
   }
   const bool up = dpdk_.PollLink() == io::DpdkPort::LinkState::kUp;
-  link_seen_up_ = up;
+  link_seen_up_ = link_up_since_try_ = up;
   port_active_.store(up, std::memory_order_relaxed);
   if (!up) Log(LogLevel::kWarning, "%s: memif server not reachable yet; the port is DOWN until it is", port_.name.c_str());
 }
@@ -80,10 +84,11 @@ void Device::PollLinkState(Worker& w) {
     return;
   }
   const bool up = s == LinkState::kUp;
-  if (up) link_seen_up_ = true;
+  if (up) link_seen_up_ = link_up_since_try_ = true;
   if (!up && ReconnectDue(now)) {
     // Stopping and starting the port needs every worker away from its queues.
     last_reconnect_ns_ = now;
+    link_up_since_try_ = false;
     w.exclusive.push_back([this] { dpdk_.Reconnect(); });
   }
   // A port whose link was never up counts as ACTIVE (a memif server waiting
