@@ -21,9 +21,9 @@ constexpr uint64_t kLinkPollNs = 100'000'000;
 // A memif client tries its server again this long after a failed try or a
 // link that was up and went down (the PMD dropped the connection), and
 // this long after a try that connected but brought no link up yet (a
-// handshake in progress on a loaded machine, a server that already has a
-// client).
-constexpr uint64_t kReconnectNs = 100'000'000, kHandshakeNs = 3'000'000'000;
+// server still busy with the client before, which ignores the new one
+// until it tries again).
+constexpr uint64_t kReconnectNs = 100'000'000, kHandshakeNs = 1'000'000'000;
 // How long opening a memif client's device waits for its server: two
 // programs started together (ucx_perftest, an MPI job's ranks) find each
 // other without a lost first message.

@@ -16,7 +16,8 @@ export UCX_TLS=rc_verbs,ud_verbs,self
 dir=$(mktemp -d /tmp/droce-ucx.XXXXXX) || exit 1
 server=""
 cleanup() {
-  [ -n "$server" ] && kill -KILL "$server" 2>/dev/null && wait "$server" 2>/dev/null
+  # timeout leads a process group of its own: take the program with it.
+  [ -n "$server" ] && { kill -KILL -- "-$server" 2>/dev/null || kill -KILL "$server" 2>/dev/null; wait "$server" 2>/dev/null; }
   rm -rf -- "$dir"
 }
 trap cleanup EXIT
