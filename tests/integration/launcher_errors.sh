@@ -173,7 +173,9 @@ else
   # ibv_get_device_list parses every setting of every device (no device is
   # opened, so nothing needs hugepages or a real link).
   run_provider() {  # run_provider VAR=VALUE...: stdout/stderr to $tmp/out, $tmp/err
-    timeout 30 env "$@" LD_PRELOAD="$provider" "$devinfo" -l </dev/null >"$tmp/out" 2>"$tmp/err"
+    # What the caller preloads stays after the provider (the sanitizer run's
+    # runtime), as the launcher keeps it.
+    timeout 30 env "$@" LD_PRELOAD="$provider${LD_PRELOAD:+:$LD_PRELOAD}" "$devinfo" -l </dev/null >"$tmp/out" 2>"$tmp/err"
   }
 
   # expect_both_refuse FLAG VALUE [FLAG2 VALUE2 ...]: `droce exec --FLAG VALUE

@@ -51,7 +51,10 @@ dir=$(mktemp -d /tmp/droce-workers.XXXXXX) || { echo "FAIL: mktemp -d failed" >&
 trap 'rm -rf -- "$dir"' EXIT
 
 export DROCE_WORKERS=${DROCE_TEST_WORKERS:-2} DROCE_STATS=1
-unset DROCE_PROGRESS DROCE_WORKER_CPU LD_PRELOAD
+unset DROCE_PROGRESS DROCE_WORKER_CPU
+# What the caller preloads (scripts/sanitize.sh: the ASan runtime, without
+# which an instrumented libdroce.so crashes) stays, on both sides.
+inherited_preload=${LD_PRELOAD:-}
 # A row of perftest's result table (message size, iterations, figures).
 perftest_row='^ *[0-9]+ +[0-9]+ +[0-9]+\.[0-9]+'
 
@@ -73,7 +76,7 @@ run() {
   n=$((n + 1))
   if [ $((n % 2)) -eq 0 ]; then server_progress=thread client_progress=app; fi
   local client_env="DROCE_PROGRESS=$client_progress"
-  if [ "$kind" = skew ]; then client_env+=" LD_PRELOAD=$extra_qp_lib"; fi
+  if [ "$kind" = skew ]; then client_env+=" LD_PRELOAD=$extra_qp_lib${inherited_preload:+:$inherited_preload}"; fi
   local expect=()
   case ${1##*/} in
     ib_*) expect=(DROCE_TEST_EXPECT="$perftest_row" DROCE_TEST_EXPECT_SERVER=) ;;

@@ -217,8 +217,11 @@ TEST_F(SysfsView, OtherPathsUntouched) {
   EXPECT_EQ(errno, ENOENT);
   // Relative paths and null: the real function answers.
   EXPECT_EQ(access("does-not-exist/uverbs-droce0", F_OK), -1);
-  const char* volatile null_path = nullptr;
-  EXPECT_EQ(access(null_path, F_OK), -1);
+  // Through a pointer without access's nonnull attribute: passing null
+  // through the declaration is undefined (UBSan says so), a program may
+  // still do it.
+  int (*volatile access_fn)(const char*, int) = access;
+  EXPECT_EQ(access_fn(nullptr, F_OK), -1);
   EXPECT_EQ(errno, EFAULT);
 }
 
