@@ -122,9 +122,12 @@ expect_env "exec --link: DROCE_LINK set verbatim" \
   '^DROCE_LINK=net_memif0,role=client,socket=/tmp/x\.sock,socket-abstract=no$' \
   exec --link net_memif0,role=client,socket=/tmp/x.sock,socket-abstract=no -- env
 # (ld.so complains on stderr about the missing file; only stdout is checked)
-with_env=(LD_PRELOAD=/nonexistent/keep-me.so)
+# What the caller already preloads (the sanitizer run: the ASan runtime,
+# which an instrumented launcher needs) stays, before the test's entry.
+inherited=${LD_PRELOAD:+$LD_PRELOAD:}
+with_env=(LD_PRELOAD="${inherited}/nonexistent/keep-me.so")
 expect_env "existing LD_PRELOAD entries are kept after the provider" \
-  '^LD_PRELOAD=/[^:]*/libdroce\.so:/nonexistent/keep-me\.so$' exec -- env
+  "^LD_PRELOAD=/[^:]*/libdroce\\.so:${inherited//./\\.}/nonexistent/keep-me\\.so\$" exec -- env
 expect_env "exec --worker-cpu: DROCE_WORKER_CPU set" \
   '^DROCE_WORKER_CPU=0$' exec --worker-cpu 0 -- env
 expect_env "exec --worker-cpu with a list: DROCE_WORKER_CPU set verbatim" \
