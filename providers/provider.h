@@ -13,7 +13,7 @@
 #include <mutex>
 
 #include "cq/cq.h"
-#include "engine/device.h"
+#include "engine/session.h"
 
 namespace droce::provider {
 
@@ -28,7 +28,7 @@ struct ContextEvents : public engine::EventSink {
 };
 
 struct ContextState {
-  engine::Device* engine = nullptr;
+  engine::Session* engine = nullptr;
   std::mutex async_mu;
   std::deque<ibv_async_event> async_events;
   ContextEvents events;

@@ -26,6 +26,7 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include "sysfs_view.h"
+#include "sessions.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -201,7 +202,7 @@ void write_device(int index) {
                         "cap_mask", "rate", "pkeys/0"}) {
     write_attr(index, dir, std::string("ports/1/") + f);
   }
-  auto dev = engine::Device::Instance(index);
+  auto dev = session_for(index);
   const unsigned gids = dev.ok() ? (*dev)->port().gid_count : 0;
   for (unsigned i = 0; i < gids; ++i) {
     write_attr(index, dir, "ports/1/gids/" + std::to_string(i));
@@ -247,7 +248,7 @@ void build_tree() {
   if (REAL(lstat)((r + "/class/infiniband_verbs/abi_version").c_str(), &st) != 0) {
     write_file(r + "/class/infiniband_verbs/abi_version", "6");  // the kernel's uverbs ABI
   }
-  const int n = std::min(engine::Device::Count(), config::kMaxDevices);
+  const int n = std::min(device_count(), config::kMaxDevices);
   for (int i = 0; i < n; ++i) write_device(i);
 }
 
@@ -327,7 +328,7 @@ Target classify(const char* p) {
   const int index = parse_index(rest + 1, "uverbs-droce");
   if (index < 0 || strchr(rest + 1, '/') != nullptr) return t;
   t.kind = Kind::kDevNode;
-  t.index = index < engine::Device::Count() ? index : -1;
+  t.index = index < device_count() ? index : -1;
   return t;
 }
 

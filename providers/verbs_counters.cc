@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "droce/droce.h"
+#include "engine/config.h"
 #include "provider.h"
 
 namespace droce::provider {
@@ -15,7 +16,7 @@ bool stats_enabled() {
   // Parsed with every other setting (config/settings.h): a value other than
   // 0 or 1 already failed ibv_get_device_list, so no context gets here.
   static const bool on = [] {
-    const auto cfg = engine::Device::CheckConfig();
+    const auto cfg = engine::ConfigFromEnv(0);
     return cfg.ok() && cfg->stats;
   }();
   return on;

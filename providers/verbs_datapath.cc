@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "droce/droce.h"
+#include "engine/config.h"
 #include "provider.h"
 
 namespace droce::provider {
@@ -19,7 +20,7 @@ unsigned empty_polls_before_yield() {
   // Parsed with every other setting: a bad value already failed opening the
   // device, so a CQ to poll means it parsed.
   static const unsigned n = [] {
-    const auto cfg = engine::Device::CheckConfig();
+    const auto cfg = engine::ConfigFromEnv(0);
     return cfg.ok() ? cfg->poll_yield : config::GlobalSettings{}.poll_yield;
   }();
   return n;
@@ -55,7 +56,7 @@ bool sq_full(Qp* q) { return q->sq_prod - q->handle.sq.load_cons_acquire() >= q-
 
 // Tells the QP's worker that its rings changed and has it run now.
 void ring_doorbell(Qp* q) {
-  engine::Device* eng = to_ctx(q->qpx.qp_base.context)->s->engine;
+  engine::Session* eng = to_ctx(q->qpx.qp_base.context)->s->engine;
   eng->Doorbell(q->handle, /*wake=*/false);
   eng->Kick(q->handle);  // send now on this thread rather than wake the worker
 }

@@ -14,7 +14,9 @@
 
 #include "common/log.h"
 #include "engine/config.h"
+#include "engine/mcast.h"
 #include "provider.h"
+#include "sessions.h"
 #include "sysfs_view.h"
 
 using droce::provider::Context;
@@ -128,7 +130,7 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->phys_port_cnt = 1;
 }
 
-void fill_port_attr(const engine::Device& dev, ibv_port_attr* a) {
+void fill_port_attr(const engine::Session& dev, ibv_port_attr* a) {
   const engine::PortInfo& p = dev.port();
   const bool active = dev.port_active();
   std::memset(a, 0, sizeof(*a));
@@ -191,7 +193,7 @@ bool sysfs_attr(int index, std::string_view file, std::string* value) {
   else if (file == "hw_rev") *value = "0";
   else if (file == "node_desc") *value = "droce" + std::to_string(index);
   else {
-    auto dev = engine::Device::Instance(index);
+    auto dev = session_for(index);
     if (!dev.ok()) return false;
     const engine::PortInfo& p = (*dev)->port();
     if (file == "node_guid" || file == "sys_image_guid") {
@@ -282,14 +284,14 @@ using namespace droce::provider;
 extern "C" {
 
 ibv_device** ibv_get_device_list(int* num_devices) {
-  auto cfg = droce::engine::Device::CheckConfig();
+  const absl::Status cfg = droce::provider::check_config();
   if (!cfg.ok()) {
-    report_once(std::string(cfg.status().message()));
+    report_once(std::string(cfg.message()));
     if (num_devices) *num_devices = 0;
     errno = EINVAL;
     return nullptr;
   }
-  const int n = std::min(droce::engine::Device::Count(), kMaxDevices);
+  const int n = std::min(droce::provider::device_count(), kMaxDevices);
   auto** list = static_cast<ibv_device**>(calloc(n + 1, sizeof(ibv_device*)));
   if (list == nullptr) {
     errno = ENOMEM;
@@ -309,7 +311,7 @@ int ibv_get_device_index(ibv_device* device) { return device_index(device); }
 __be64 ibv_get_device_guid(ibv_device* device) {
   const int index = device_index(device);
   if (index < 0) return 0;
-  auto dev = droce::engine::Device::Instance(index);
+  auto dev = droce::provider::session_for(index);
   if (!dev.ok()) return 0;
   return htobe64(node_guid_host((*dev)->port()));
 }
@@ -320,7 +322,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
     errno = ENODEV;
     return nullptr;
   }
-  auto dev = droce::engine::Device::Instance(index);
+  auto dev = droce::provider::session_for(index);
   if (!dev.ok()) {
     report_once(std::string(dev.status().message()));
     errno = dev.status().code() == absl::StatusCode::kInvalidArgument ? EINVAL : EIO;

@@ -29,7 +29,7 @@ int status_errno(const absl::Status& s) {
   }
 }
 
-engine::Device* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
+engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
 
 transport::QpAttr to_attr(const ibv_qp_attr& a) {
   transport::QpAttr t;

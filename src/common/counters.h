@@ -45,7 +45,8 @@ namespace droce {
   X(ack_coalesced, "ACKs merged into a pending one instead of being sent separately")      \
   X(self_loop_pkts, "frames sent to the port's own address, delivered inside the device instead of the link") \
   X(handoff_pkts, "received packets handed to the worker that owns their QP (DROCE_WORKERS > 1)") \
-  X(handoff_drop, "received packets dropped because the owning worker's hand-off ring was full")
+  X(handoff_drop, "received packets dropped because the owning worker's hand-off ring was full") \
+  X(foreign_doorbells, "droced: doorbells a client rang for a QP that is not its own (ignored)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

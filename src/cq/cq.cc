@@ -1,15 +1,40 @@
 #include "cq/cq.h"
 
+#include <unistd.h>
+
 #include <cstring>
 
 namespace droce::cq {
 
+namespace {
+// CqControl is cache-line aligned and must not share a line with a CQE.
+size_t cq_ring_len(uint32_t size) {
+  return (queue::ring_bytes(size, sizeof(queue::Cqe)) + queue::kCacheLine - 1) & ~(queue::kCacheLine - 1);
+}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Attach(int fd, size_t size, uint32_t entries) {
+  if (entries < 2 || entries > (1u << 24) || (entries & (entries - 1)) != 0 ||
+      size < cq_ring_len(entries) + sizeof(CqControl)) {
+    if (fd >= 0) close(fd);
+    return absl::InvalidArgumentError("CQ region does not match its size");
+  }
+  auto shm = queue::ShmRegion::Adopt(fd, size);
+  if (!shm.ok()) return shm.status();
+  auto r = std::make_unique<CqRegion>();
+  r->shm_ = std::move(*shm);
+  r->ring_ = queue::Ring(r->shm_.data());
+  if (r->ring_.size() != entries || r->ring_.stride() != sizeof(queue::Cqe)) {
+    return absl::InvalidArgumentError("CQ ring geometry differs from the one announced");
+  }
+  r->ctl_ = reinterpret_cast<CqControl*>(static_cast<uint8_t*>(r->shm_.data()) + cq_ring_len(entries));
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Create(uint32_t min_entries) {
   const uint32_t size = queue::round_up_pow2(min_entries < 2 ? 2 : min_entries);
   if (size == 0 || size > (1u << 24)) return absl::InvalidArgumentError("CQ size out of range");
-  // CqControl is cache-line aligned and must not share a line with a CQE.
-  const size_t ring_len = (queue::ring_bytes(size, sizeof(queue::Cqe)) + queue::kCacheLine - 1) &
-                          ~(queue::kCacheLine - 1);
+  const size_t ring_len = cq_ring_len(size);
   auto shm = queue::ShmRegion::Create("droce-cq", ring_len + sizeof(CqControl));
   if (!shm.ok()) return shm.status();
   auto r = std::make_unique<CqRegion>();

@@ -51,10 +51,14 @@ class CqNotifier {
 class CqRegion {
  public:
   static absl::StatusOr<std::unique_ptr<CqRegion>> Create(uint32_t min_entries);
+  // The region another process created (droced), from its fd (taken) and
+  // size; `entries` is the capacity it announced, checked against the ring.
+  static absl::StatusOr<std::unique_ptr<CqRegion>> Attach(int fd, size_t size, uint32_t entries);
   queue::Ring ring() const { return ring_; }
   CqControl* control() const { return ctl_; }
   uint32_t capacity() const { return ring_.size(); }
   int fd() const { return shm_.fd(); }
+  size_t bytes() const { return shm_.size(); }
 
  private:
   queue::ShmRegion shm_;

@@ -156,12 +156,16 @@ absl::Status Device::Setup(const Config& cfg) {
   // Workers. With several, what their QPs share gets its locks, and each
   // gets an inbox for the frames the others receive for its QPs.
   const bool shared = cfg.workers > 1;
+  auto wake = queue::ShmRegion::Create("droce-wake", sizeof(WakeWords) * cfg.workers);
+  if (!wake.ok()) return wake.status();
+  wake_shm_ = std::move(*wake);
   mrs_.set_concurrent(shared);
   neighbor_lock_.set_enabled(shared);
   for (int i = 0; i < cfg.workers; ++i) {
     auto w = std::make_unique<Worker>();
     w->dev = this;
     w->index = static_cast<uint16_t>(i);
+    w->wake = new (static_cast<WakeWords*>(wake_shm_.data()) + i) WakeWords();
     w->tx.reserve(1024);
     w->mcast_loop.reserve(64);
     w->self_loop.reserve(64);
@@ -228,10 +232,35 @@ void Device::RegisterWithEal(const std::string& name) {
   }
 }
 
-void Device::Wake(Worker& w) {
+void WakeWorker(WakeWords* w) {
   // Pairs with the sleeper's store of `sleeping` then re-check (worker.cc).
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (w.sleeping.load(std::memory_order_relaxed) != 0) WakeNow(w);
+  if (w->sleeping.load(std::memory_order_relaxed) != 0) WakeWorkerNow(w);
+}
+
+void WakeWorkerNow(WakeWords* w) {
+  w->seq.fetch_add(1, std::memory_order_release);
+  // Not FUTEX_PRIVATE: droced's clients wake its workers through the same
+  // words, mapped in their own address space.
+  syscall(SYS_futex, &w->seq, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+}
+
+void Device::Wake(Worker& w) { WakeWorker(w.wake); }
+
+void Device::AddDoorbellSource(DoorbellSource* src) {
+  RunOnWorker([&] {
+    for (auto& w : workers_) w->sources.push_back(src);
+  });
+}
+
+void Device::RemoveDoorbellSource(DoorbellSource* src) {
+  RunOnWorker([&] {
+    for (auto& w : workers_) std::erase(w->sources, src);
+  });
+}
+
+void Device::Shutdown(const char* why) {
+  RunOnWorker([&] { EnterFatal(why); });
 }
 
 void Device::WakeAll() {
@@ -425,6 +454,9 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   h.shared->doorbell_pending.store(0, std::memory_order_relaxed);
   h.shared->state.store(static_cast<uint32_t>(transport::QpState::kReset), std::memory_order_relaxed);
   h.caps = caps;
+  h.map = {shm->fd(), shm->size()};
+  h.rq_offset = sq_len;
+  h.shared_offset = sq_len + rq_len;
   entry->shm = std::move(*shm);
   entry->shared = h.shared;
   absl::Status s;
@@ -484,6 +516,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     entry->srq = a.srq;
     entry->events = a.events;
     entry->cookie = a.cookie;
+    entry->owner_tag = a.owner;
     if (srq != nullptr) ++srq->users;
     ++*pd_uses;
     ++scq->second.users;
@@ -581,6 +614,7 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
   auto shm = queue::ShmRegion::Create("droce-srq", queue::ring_bytes(h.max_wr, stride));
   if (!shm.ok()) return shm.status();
   h.ring = queue::Ring::Init(shm->data(), h.max_wr, stride);
+  h.map = {shm->fd(), shm->size()};
   absl::Status s;
   RunOnWorker([&] {
     uint32_t* uses = PdUses(pd);

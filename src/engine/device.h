@@ -40,94 +40,23 @@
 #include "queue/shm.h"
 #include "transport/env.h"
 #include "transport/qp.h"
+#include "engine/session.h"
 
 struct rte_mbuf;
 struct rte_ring;
 
 namespace droce::engine {
 
-struct PortInfo {
-  std::string name;   // "droce0"
-  wire::MacAddr mac{};
-  uint32_t ip = 0;    // host order
-  uint8_t prefix_len = 24;
-  uint8_t active_mtu = 3;  // enum ibv_mtu
-  uint32_t link_mtu = 1500;
-  // The GID table (all RoCE v2): index 0 the IPv4 address as an IPv4-mapped
-  // GID, index 1 the IPv6 address when DROCE_IP6 is set (transport::PortAddr
-  // routes by the same indexes).
-  uint8_t gids[2][16] = {};
-  unsigned gid_count = 1;
-};
-
-// Per-QP words shared with the provider (after the SQ and RQ rings).
-struct QpShared {
-  alignas(queue::kCacheLine) std::atomic<uint32_t> doorbell_pending;
-  // The QP's state (enum ibv_qp_state) as the engine has it, written by the
-  // transport at every change, including those it makes by itself (retry
-  // exceeded, a full CQ, a corrupt ring, an SRQ error, a dead device); the
-  // provider's posting rule reads it. Same cache line as the doorbell flag,
-  // which every post touches anyway.
-  std::atomic<uint32_t> state;
-};
-
-// Receives asynchronous events (IBV_EVENT_*) for QPs and SRQs; called on the
-// worker thread with the cookie given at creation.
-class EventSink {
- public:
-  virtual ~EventSink() = default;
-  virtual void QpEvent(uint64_t cookie, int event_type) = 0;
-  virtual void SrqEvent(uint64_t cookie, int event_type) = 0;
-  // Unaffiliated events of the device: IBV_EVENT_PORT_ACTIVE, PORT_ERR (port
-  // 1) and DEVICE_FATAL. Only sinks registered with AddDeviceSink get them.
-  virtual void DeviceEvent(int event_type) { (void)event_type; }
-};
-
-struct QpCreateArgs {
-  transport::QpType type = transport::QpType::kRc;
-  uint32_t pd = 0;
-  uint32_t send_cq = 0, recv_cq = 0;
-  uint32_t srq = 0;  // 0: the QP has its own receive queue
-  EventSink* events = nullptr;
-  uint64_t cookie = 0;
-  uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
-  bool sq_sig_all = false;
-};
-
-struct QpHandle {
-  uint32_t qpn = 0;
-  uint16_t worker = 0;  // the worker that owns the QP (its doorbells go there)
-  queue::Ring sq, rq;
-  QpShared* shared = nullptr;
-  transport::QpCaps caps;
-};
-
-struct SrqHandle {
-  uint32_t id = 0;
-  queue::Ring ring;
-  uint32_t max_wr = 0, max_sge = 0;
-};
-
-struct CqHandle {
-  uint32_t id = 0;
-  cq::CqRegion* region = nullptr;
-};
-
-// Device limits reported through ibv_query_device.
-struct Limits {
-  static constexpr uint32_t kMaxQpWr = 16384;
-  static constexpr uint32_t kMaxSge = 32;
-  static constexpr uint32_t kMaxInline = 256;
-  static constexpr uint32_t kMaxCqe = 1 << 20;
-  static constexpr uint32_t kMaxQp = 1 << 16;
-  static constexpr uint32_t kMaxCq = 1 << 16;
-  static constexpr uint32_t kMaxMr = 1 << 20;
-  static constexpr uint32_t kMaxPd = 1 << 16;
-  static constexpr uint64_t kMaxMrSize = 1ull << 40;
-};
-
 class Device;
 struct Worker;
+
+// droced: one client's doorbell queues (one per worker, in memory the client
+// writes). A QPN popped from them is rung only if the QP has the same owner.
+struct DoorbellSource {
+  uint64_t owner = 0;
+  std::vector<std::unique_ptr<queue::DoorbellQueue>> queues;  // [worker]
+  std::atomic<uint64_t> foreign{0};  // QPNs that were not the owner's: ignored
+};
 
 struct QpEntry {
   std::unique_ptr<transport::Qp> qp;
@@ -139,6 +68,7 @@ struct QpEntry {
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   EventSink* events = nullptr;
   uint64_t cookie = 0;
+  uint64_t owner_tag = 0;  // QpCreateArgs::owner
 };
 
 // One worker of a device: its queues on the link, the QPs it owns and their
@@ -151,14 +81,17 @@ struct Worker final : transport::TransportEnv {
   // if EAL had none to give). Whichever thread drives the worker uses it for
   // the turn, so mbufs come from and go back to this worker's mempool cache.
   std::atomic<unsigned> lcore_id{~0u};
-  // Wakeup: the worker's thread sleeps on `wake_seq` (futex) when idle.
-  alignas(queue::kCacheLine) std::atomic<uint32_t> wake_seq{0};
-  std::atomic<uint32_t> sleeping{0};
+  // Wakeup: the worker's thread sleeps on wake->seq (a futex in the
+  // device's shared wake page) when idle.
+  WakeWords* wake = nullptr;
   alignas(queue::kCacheLine) std::atomic<bool> drive_lock{false};
   // Set by another worker: activate every QP of this worker (a neighbour they
   // may wait for was resolved).
   std::atomic<bool> activate_all{false};
   queue::DoorbellQueue doorbells{4096};
+  // droced: the doorbell queues of client processes for this worker
+  // (changed by the control path only).
+  std::vector<DoorbellSource*> sources;
   // Frames for this worker's QPs received by another worker (multi-producer,
   // single-consumer); nullptr with a single worker.
   rte_ring* inbox = nullptr;
@@ -191,7 +124,7 @@ struct Worker final : transport::TransportEnv {
   Counters& Stats() override { return stats; }
 };
 
-class Device {
+class Device final : public Session {
  public:
   // The process's droce<index>, started on first use from the DROCE_*
   // environment.
@@ -201,73 +134,88 @@ class Device {
   // Reads and validates the configuration without starting anything.
   static absl::StatusOr<Config> CheckConfig();
 
-  const PortInfo& port() const { return port_; }
+  const PortInfo& port() const override { return port_; }
   // The port's state (ibv_query_port): active unless its link went down
   // after having been up, or the device died. A link that has not come up
   // yet (a memif waiting for its peer) counts as active: frames wait for it
   // and RC retries cover the gap, as on a NIC whose link is training.
-  bool port_active() const { return port_active_.load(std::memory_order_relaxed); }
+  bool port_active() const override { return port_active_.load(std::memory_order_relaxed); }
   // The engine died (IBV_EVENT_DEVICE_FATAL was raised): every QP is in the
   // error state, the link is no longer used, and calls that would create or
   // enable objects fail with EIO.
-  bool dead() const { return dead_.load(std::memory_order_acquire); }
+  bool dead() const override { return dead_.load(std::memory_order_acquire); }
   // Runs fn on the engine as a control call does; for tests that need the
   // engine to fail from inside (an exception escaping fn kills the device).
-  void RunOnWorkerForTesting(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
-  int workers() const { return static_cast<int>(workers_.size()); }
+  bool RunOnWorkerForTesting(std::function<void()> fn) override {
+    RunOnWorker(std::move(fn));
+    return true;
+  }
+  int workers() const override { return static_cast<int>(workers_.size()); }
   // Contexts receive the device's unaffiliated events (worker thread).
-  void AddDeviceSink(EventSink* sink);
-  void RemoveDeviceSink(EventSink* sink);
+  void AddDeviceSink(EventSink* sink) override;
+  void RemoveDeviceSink(EventSink* sink) override;
 
-  absl::StatusOr<uint32_t> AllocPd();
-  absl::Status DeallocPd(uint32_t pd);
+  absl::StatusOr<uint32_t> AllocPd() override;
+  absl::Status DeallocPd(uint32_t pd) override;
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
-                                uint32_t access);
-  absl::Status DeregMr(uint32_t key);
-  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type);
-  absl::Status DeallocMw(uint32_t rkey);
-  absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie);
-  absl::Status DestroyCq(uint32_t id);
+                                uint32_t access) override;
+  absl::Status DeregMr(uint32_t key) override;
+  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override;
+  absl::Status DeallocMw(uint32_t rkey) override;
+  absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) override;
+  absl::Status DestroyCq(uint32_t id) override;
   // Replaces the CQ's region with one of at least min_cqe entries; the caller
   // holds the consumer idle and switches it to the returned region.
-  absl::StatusOr<cq::CqRegion*> ResizeCq(uint32_t id, uint32_t min_cqe);
+  absl::StatusOr<cq::CqRegion*> ResizeCq(uint32_t id, uint32_t min_cqe) override;
   // Event moderation (ibv_modify_cq; see cq::CqProducer::SetModeration).
-  absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us);
-  absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args);
+  absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) override;
+  absl::StatusOr<QpHandle> CreateQp(const QpCreateArgs& args) override;
   // Returns 0 or an errno.
-  int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask);
-  absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn);
+  int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) override;
+  absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override;
   absl::StatusOr<SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
-                                      EventSink* events, uint64_t cookie);
+                                      EventSink* events, uint64_t cookie) override;
   // Arms the SRQ limit; returns 0 or an errno.
-  int ModifySrq(uint32_t id, uint32_t limit);
-  absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id);
-  absl::Status DestroySrq(uint32_t id);
-  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av);
-  absl::Status DestroyAh(uint32_t id);
+  int ModifySrq(uint32_t id, uint32_t limit) override;
+  absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override;
+  absl::Status DestroySrq(uint32_t id) override;
+  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av) override;
+  absl::Status DestroyAh(uint32_t id) override;
   // Fails (FailedPrecondition, EBUSY at the verbs boundary) while the QP is
   // attached to a multicast group: IBA o10-2.2.3, as the kernel does.
-  absl::Status DestroyQp(uint32_t qpn);
+  absl::Status DestroyQp(uint32_t qpn) override;
   // ibv_attach_mcast / ibv_detach_mcast for UD QPs (engine/mcast.h has the
   // rules). Return 0 or an errno.
-  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
-  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid);
-  Counters ReadCounters();
+  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
+  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
+  Counters ReadCounters() override;
   // One QP's counters, read on the worker (their only writer).
-  absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn);
+  absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn) override;
 
   // Datapath, any thread: new WQEs are in the QP's rings.
   // With wake=false the caller drives or wakes the worker itself (Kick).
-  void Doorbell(const QpHandle& qp, bool wake = true);
+  void Doorbell(const QpHandle& qp, bool wake = true) override;
   // After doorbells on `qp`: drive its worker on this thread if nobody is
   // driving it, else make sure that worker is awake to see them.
-  void Kick(const QpHandle& qp);
+  void Kick(const QpHandle& qp) override;
   // Application-driven progress: runs one turn of each worker's loop whose
   // drive lock is free on the calling thread. Returns whether there was work.
-  bool TryDrive(bool polling = true);
+  bool TryDrive(bool polling = true) override;
   // An application thread that drove the engine is about to block (e.g. in
   // ibv_get_cq_event): the worker takes over now.
-  void Handoff();
+  void Handoff() override;
+
+  // droced. The memfd of the workers' wake words (one WakeWords per worker,
+  // in worker order) that clients map to wake a sleeping worker.
+  MapInfo wake_map() const { return {wake_shm_.fd(), wake_shm_.size()}; }
+  // A client's doorbell queues join (and leave) the workers' loops.
+  void AddDoorbellSource(DoorbellSource* src);
+  void RemoveDoorbellSource(DoorbellSource* src);
+  // Runs fn with every worker stopped (the daemon's teardown of a client).
+  void RunStopped(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
+  // Kills the device as an engine failure does (droced's shutdown): every
+  // QP in error, IBV_EVENT_DEVICE_FATAL to every sink.
+  void Shutdown(const char* why);
 
   // Shared by every worker's TransportEnv.
   bool InvalidateRkey(uint32_t rkey, uint32_t pd);
@@ -321,6 +269,7 @@ class Device {
   bool DriveLocked(Worker& w, Turn* turn = nullptr);
   bool PollOnce(Worker& w);
   void HandleDoorbells(Worker& w);
+  bool SourcesNonEmpty(const Worker& w) const;
   // `handed`: the frame was received by another worker and handed to w.
   void HandleFrame(Worker& w, rte_mbuf* m, bool handed);
   // Passes a received frame to the worker that owns its QP.
@@ -383,6 +332,7 @@ class Device {
   void SendArp(Worker& w, uint16_t op, const wire::MacAddr& tha, uint32_t tip);
 
   PortInfo port_;
+  queue::ShmRegion wake_shm_;
   io::DpdkPort dpdk_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::atomic<bool> stop_{false};

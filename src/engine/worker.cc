@@ -179,23 +179,21 @@ void Device::Handoff() {
   for (auto& w : workers_) WakeNow(*w);
 }
 
-void Device::WakeNow(Worker& w) {
-  w.wake_seq.fetch_add(1, std::memory_order_release);
-  syscall(SYS_futex, &w.wake_seq, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
-}
+void Device::WakeNow(Worker& w) { WakeWorkerNow(w.wake); }
 
 // Sleeps up to ns on w's futex unless has_work() says otherwise once the
 // sleep is announced (`sleeping` then a seq_cst fence; pairs with Wake).
 template <typename HasWork>
 void Device::SleepUnless(Worker& w, long ns, HasWork has_work) {
-  const uint32_t seq = w.wake_seq.load(std::memory_order_acquire);
-  w.sleeping.store(1, std::memory_order_relaxed);
+  const uint32_t seq = w.wake->seq.load(std::memory_order_acquire);
+  w.wake->sleeping.store(1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!has_work()) {
     timespec ts{0, ns};
-    syscall(SYS_futex, &w.wake_seq, FUTEX_WAIT_PRIVATE, seq, &ts, nullptr, 0);
+    // Shared (not FUTEX_PRIVATE): droced's clients wake it (WakeWorkerNow).
+    syscall(SYS_futex, &w.wake->seq, FUTEX_WAIT, seq, &ts, nullptr, 0);
   }
-  w.sleeping.store(0, std::memory_order_relaxed);
+  w.wake->sleeping.store(0, std::memory_order_relaxed);
 }
 
 void Device::Nap(Worker& w, long ns) {
@@ -207,7 +205,7 @@ bool Device::PollOnce(Worker& w) {
   if (w.activate_all.load(std::memory_order_relaxed) && w.activate_all.exchange(false, std::memory_order_acquire)) {
     ActivateOwnQps(w);
   }
-  if (w.doorbells.MaybeNonEmpty()) {
+  if (w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w)) {
     HandleDoorbells(w);
     busy = true;
   }
@@ -275,7 +273,7 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
     return;
   }
   SleepUnless(w, kSleepNs, [this, &w] {
-    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() ||
+    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
            w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
   });
   *last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
@@ -310,6 +308,33 @@ void Device::HandleDoorbells(Worker& w) {
       if (e->owner == &w) ring(e.get());
     }
   }
+  // droced: each client's queue rings only that client's QPs; a QPN that is
+  // not one of them (a stale one, or a client naming another's QP) is
+  // ignored and counted.
+  for (DoorbellSource* src : w.sources) {
+    queue::DoorbellQueue& q = *src->queues[w.index];
+    while (q.Pop(&qpn)) {
+      auto it = qps_.find(qpn);
+      if (it != qps_.end() && it->second->owner == &w && it->second->owner_tag == src->owner) {
+        ring(it->second.get());
+      } else {
+        src->foreign.fetch_add(1, std::memory_order_relaxed);
+        ++w.stats.foreign_doorbells;
+      }
+    }
+    if (q.TakeOverflow()) {
+      for (auto& [n, e] : qps_) {
+        if (e->owner == &w && e->owner_tag == src->owner) ring(e.get());
+      }
+    }
+  }
+}
+
+bool Device::SourcesNonEmpty(const Worker& w) const {
+  for (const DoorbellSource* src : w.sources) {
+    if (src->queues[w.index]->MaybeNonEmpty()) return true;
+  }
+  return false;
 }
 
 void Device::RunTimers(Worker& w, uint64_t now) {

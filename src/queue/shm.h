@@ -13,6 +13,10 @@ namespace droce::queue {
 class ShmRegion {
  public:
   static absl::StatusOr<ShmRegion> Create(std::string_view name, size_t size);
+  // Maps `size` bytes of a memfd another process made (droced's, passed
+  // with SCM_RIGHTS); takes the fd, which the region closes. Fails if the
+  // file is smaller than `size`.
+  static absl::StatusOr<ShmRegion> Adopt(int fd, size_t size);
   ShmRegion() = default;
   ShmRegion(ShmRegion&& o) noexcept { *this = std::move(o); }
   ShmRegion& operator=(ShmRegion&& o) noexcept;

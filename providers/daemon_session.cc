@@ -1,0 +1,665 @@
+// Client mode: engine::Session over droced's control socket (src/ctl/).
+//
+// One connection per process, opened on first use, shared by its devices.
+// Control verbs are request/reply on the socket; the datapath needs none:
+// WQEs go into rings in memfds droced made and passed, doorbells into this
+// process's doorbell queue (shared memory the daemon's worker drains),
+// wakeups through the worker's shared futex words (WakeWorker), CQEs come
+// back through the CQ's ring. Events (CQ notifications, CQ overflow, QP,
+// SRQ and device events) are records in an event ring droced writes, with
+// an eventfd poke; the event thread here drains it and calls the same
+// notifier and sink objects the embedded engine calls on its worker thread,
+// so the provider's channel, async-event and acknowledgement logic is the
+// same in both modes. If the daemon goes away (SIGTERM, crash) the event
+// thread sees the socket hang up and reports IBV_EVENT_DEVICE_FATAL.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "client_memory.h"
+#include "ctl/protocol.h"
+#include "daemon/server.h"
+#include "engine/device.h"
+#include "queue/doorbell.h"
+#include "queue/shm.h"
+#include "sessions.h"
+
+namespace droce::provider {
+namespace {
+
+absl::Status errno_status(int err, const char* what) {
+  if (err == ENOMEM) return absl::ResourceExhaustedError(what);
+  if (err == EBUSY) return absl::FailedPreconditionError(what);
+  if (err == EIO) return absl::UnavailableError(what);
+  if (err == EOPNOTSUPP) return absl::UnimplementedError(what);
+  return absl::InvalidArgumentError(absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+class DaemonSession;
+
+class Connection {
+ public:
+  static absl::StatusOr<Connection*> Get();
+
+  // One request, one reply. Returns 0 or the daemon's errno (EIO when the
+  // connection is gone). Received fds go to out_fds (the caller owns them).
+  int Call(uint16_t op, uint16_t dev, const void* req, size_t req_len, const int* fds, int nfds, void* rep,
+           size_t rep_len, int* out_fds = nullptr, int out_cap = 0);
+  int devices() const { return static_cast<int>(hello_.ndev); }
+  const ctl::DevInfo& info(int i) const { return hello_.devs[i]; }
+  DaemonSession* session(int i);
+  bool gone() const { return gone_.load(std::memory_order_acquire); }
+
+ private:
+  absl::Status Open(const std::string& path);
+  void EventLoop();
+
+  int sock_ = -1;
+  int event_fd_ = -1;
+  std::mutex mu_;
+  uint32_t seq_ = 0;
+  ctl::HelloRep hello_{};
+  queue::ShmRegion ev_shm_;
+  queue::Ring ev_ring_;
+  std::atomic<bool> gone_{false};
+  std::mutex sessions_mu_;
+  std::vector<std::unique_ptr<DaemonSession>> sessions_;
+};
+
+class DaemonSession final : public engine::Session {
+ public:
+  DaemonSession(Connection* c, int index) : c_(c), index_(static_cast<uint16_t>(index)) {
+    const ctl::DevInfo& i = c->info(index);
+    port_.name.assign(i.name, strnlen(i.name, sizeof(i.name)));
+    std::memcpy(port_.mac.data(), i.mac, 6);
+    port_.ip = i.ip;
+    port_.prefix_len = i.prefix_len;
+    port_.active_mtu = i.active_mtu;
+    port_.link_mtu = i.link_mtu;
+    std::memcpy(port_.gids, i.gids, sizeof(port_.gids));
+    port_.gid_count = std::min<uint32_t>(i.gid_count, 2);
+    port_active_.store(i.port_active != 0);
+    dead_.store(i.dead != 0);
+  }
+
+  absl::Status Attach() {
+    ctl::AttachRep rep{};
+    int fds[2] = {-1, -1};
+    if (int e = c_->Call(ctl::kAttach, index_, nullptr, 0, nullptr, 0, &rep, sizeof(rep), fds, 2); e != 0) {
+      return errno_status(e, "attach");
+    }
+    workers_ = static_cast<int>(rep.workers);
+    const size_t per = queue::DoorbellQueue::Bytes(rep.doorbell_cells);
+    if (rep.workers == 0 || rep.workers > 64 || rep.doorbell_size < per * rep.workers ||
+        rep.wake_size < sizeof(engine::WakeWords) * rep.workers) {
+      close(fds[0]);
+      close(fds[1]);
+      return absl::InternalError("the daemon's attach reply does not add up");
+    }
+    auto db = queue::ShmRegion::Adopt(fds[0], rep.doorbell_size);
+    auto wake = queue::ShmRegion::Adopt(fds[1], rep.wake_size);
+    if (!db.ok() || !wake.ok()) return absl::InternalError("cannot map the daemon's doorbell pages");
+    db_shm_ = std::move(*db);
+    wake_shm_ = std::move(*wake);
+    for (uint32_t w = 0; w < rep.workers; ++w) {
+      queues_.push_back(std::make_unique<queue::DoorbellQueue>(static_cast<uint8_t*>(db_shm_.data()) + per * w,
+                                                               rep.doorbell_cells, false));
+    }
+    return absl::OkStatus();
+  }
+
+  const engine::PortInfo& port() const override { return port_; }
+  bool port_active() const override { return port_active_.load(std::memory_order_relaxed); }
+  bool dead() const override { return dead_.load(std::memory_order_acquire) || c_->gone(); }
+  int workers() const override { return workers_; }
+  void AddDeviceSink(engine::EventSink* s) override {
+    std::lock_guard<std::mutex> l(ev_mu_);
+    sinks_.push_back(s);
+  }
+  void RemoveDeviceSink(engine::EventSink* s) override {
+    std::lock_guard<std::mutex> l(ev_mu_);
+    std::erase(sinks_, s);
+  }
+
+  absl::StatusOr<uint32_t> AllocPd() override {
+    ctl::IdRep rep{};
+    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep, sizeof(rep)); e != 0) return errno_status(e, "alloc PD");
+    return rep.id;
+  }
+  absl::Status DeallocPd(uint32_t pd) override { return Simple(ctl::kDeallocPd, pd, "dealloc PD"); }
+
+  absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access) override {
+    if (dead()) return absl::UnavailableError("the daemon is gone");
+    auto reg = PrepareMemory(addr, len);
+    if (!reg.ok()) return reg.status();
+    ctl::RegMr r{};
+    r.pd = pd;
+    r.access = access;
+    r.addr = addr;
+    r.len = len;
+    r.iova = iova;
+    r.tier = reg->tier;
+    r.npieces = static_cast<uint32_t>(reg->pieces.size());
+    for (size_t i = 0; i < reg->pieces.size(); ++i) r.pieces[i] = reg->pieces[i];
+    ctl::IdRep rep{};
+    const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), reg->fds.data(), static_cast<int>(reg->fds.size()),
+                           &rep, sizeof(rep));
+    if (e != 0) {
+      ReleaseMemory(*reg);
+      return errno_status(e, "register MR");
+    }
+    {
+      std::lock_guard<std::mutex> l(obj_mu_);
+      mrs_[rep.id] = std::move(*reg);
+    }
+    mem::Mr mr;
+    mr.pd = pd;
+    mr.key = rep.id;
+    mr.access = access;
+    mr.iova = iova;
+    mr.host = addr;
+    mr.length = len;
+    return mr;
+  }
+  absl::Status DeregMr(uint32_t key) override {
+    absl::Status s = Simple(ctl::kDeregMr, key, "deregister MR");
+    if (!s.ok() && !dead()) return s;
+    std::lock_guard<std::mutex> l(obj_mu_);
+    if (auto it = mrs_.find(key); it != mrs_.end()) {
+      ReleaseMemory(it->second);
+      mrs_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override {
+    const ctl::AllocMw a{pd, type};
+    ctl::IdRep rep{};
+    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "alloc MW");
+    return rep.id;
+  }
+  absl::Status DeallocMw(uint32_t rkey) override { return Simple(ctl::kDeallocMw, rkey, "dealloc MW"); }
+
+  absl::StatusOr<engine::CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) override {
+    const uint32_t mine = next_cookie_.fetch_add(1);
+    const ctl::CreateCq a{min_cqe, mine};
+    ctl::CqRep rep{};
+    int fd = -1;
+    if (int e = Call(ctl::kCreateCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+      return errno_status(e, "create CQ");
+    }
+    auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
+    if (!region.ok()) return region.status();
+    engine::CqHandle h;
+    h.id = rep.id;
+    h.region = region->get();
+    std::lock_guard<std::mutex> l(ev_mu_);
+    CqEntry& e = cqs_[rep.id];
+    e.notifier = notifier;
+    e.cookie = cookie;
+    e.regions.push_back(std::move(*region));
+    e.mine = mine;
+    cq_cookies_[mine] = rep.id;
+    return h;
+  }
+  absl::Status DestroyCq(uint32_t id) override {
+    absl::Status s = Simple(ctl::kDestroyCq, id, "destroy CQ");
+    if (!s.ok() && !dead()) return s;
+    std::lock_guard<std::mutex> l(ev_mu_);
+    if (auto it = cqs_.find(id); it != cqs_.end()) {
+      cq_cookies_.erase(it->second.mine);
+      cqs_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<cq::CqRegion*> ResizeCq(uint32_t id, uint32_t min_cqe) override {
+    const ctl::ResizeCq a{id, min_cqe};
+    ctl::CqRep rep{};
+    int fd = -1;
+    if (int e = Call(ctl::kResizeCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+      return errno_status(e, "resize CQ");
+    }
+    auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
+    if (!region.ok()) return region.status();
+    std::lock_guard<std::mutex> l(ev_mu_);
+    cq::CqRegion* r = region->get();
+    cqs_[id].regions.push_back(std::move(*region));  // the old ones stay mapped until destroy
+    return r;
+  }
+  absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) override {
+    const ctl::ModifyCq a{id, count, period_us};
+    if (int e = Call(ctl::kModifyCq, &a, sizeof(a), nullptr, 0); e != 0) return errno_status(e, "modify CQ");
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<engine::QpHandle> CreateQp(const engine::QpCreateArgs& args) override {
+    const uint32_t mine = next_cookie_.fetch_add(1);
+    ctl::CreateQp a{};
+    a.type = static_cast<uint32_t>(args.type);
+    a.pd = args.pd;
+    a.send_cq = args.send_cq;
+    a.recv_cq = args.recv_cq;
+    a.srq = args.srq;
+    a.max_send_wr = args.max_send_wr;
+    a.max_recv_wr = args.max_recv_wr;
+    a.max_send_sge = args.max_send_sge;
+    a.max_recv_sge = args.max_recv_sge;
+    a.max_inline = args.max_inline;
+    a.sq_sig_all = args.sq_sig_all ? 1 : 0;
+    a.cookie = mine;
+    ctl::QpRep rep{};
+    int fd = -1;
+    if (int e = Call(ctl::kCreateQp, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+      return errno_status(e, "create QP");
+    }
+    if (rep.worker >= queues_.size() || rep.rq_offset >= rep.size || rep.shared_offset + sizeof(engine::QpShared) > rep.size) {
+      close(fd);
+      return absl::InternalError("the daemon's QP reply does not add up");
+    }
+    auto shm = queue::ShmRegion::Adopt(fd, rep.size);
+    if (!shm.ok()) return shm.status();
+    uint8_t* base = static_cast<uint8_t*>(shm->data());
+    engine::QpHandle h;
+    h.qpn = rep.qpn;
+    h.worker = static_cast<uint16_t>(rep.worker);
+    h.sq = queue::Ring(base);
+    h.rq = queue::Ring(base + rep.rq_offset);
+    h.shared = reinterpret_cast<engine::QpShared*>(base + rep.shared_offset);
+    h.caps = {rep.max_send_wr, rep.max_recv_wr, rep.max_send_sge, rep.max_recv_sge, rep.max_inline};
+    std::lock_guard<std::mutex> l(ev_mu_);
+    QpEntry& e = qps_[rep.qpn];
+    e.sink = args.events;
+    e.cookie = args.cookie;
+    e.shm = std::move(*shm);
+    e.shared = h.shared;
+    e.mine = mine;
+    qp_cookies_[mine] = rep.qpn;
+    return h;
+  }
+  int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) override {
+    ctl::ModifyQp a{};
+    a.qpn = qpn;
+    a.mask = mask;
+    a.attr = ctl::ToWire(attr);
+    return Call(ctl::kModifyQp, &a, sizeof(a), nullptr, 0);
+  }
+  absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override {
+    const ctl::Id a{qpn, 0};
+    ctl::WireQpAttr w{};
+    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w, sizeof(w)); e != 0) return errno_status(e, "query QP");
+    transport::QpAttr attr;
+    if (absl::Status s = ctl::FromWire(w, &attr); !s.ok()) return s;
+    return attr;
+  }
+  absl::Status DestroyQp(uint32_t qpn) override {
+    absl::Status s = Simple(ctl::kDestroyQp, qpn, "destroy QP");
+    if (!s.ok() && !dead()) return s;
+    std::lock_guard<std::mutex> l(ev_mu_);
+    if (auto it = qps_.find(qpn); it != qps_.end()) {
+      qp_cookies_.erase(it->second.mine);
+      qps_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<engine::SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+                                              engine::EventSink* events, uint64_t cookie) override {
+    const uint32_t mine = next_cookie_.fetch_add(1);
+    const ctl::CreateSrq a{pd, max_wr, max_sge, limit, mine};
+    ctl::SrqRep rep{};
+    int fd = -1;
+    if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+      return errno_status(e, "create SRQ");
+    }
+    auto shm = queue::ShmRegion::Adopt(fd, rep.size);
+    if (!shm.ok()) return shm.status();
+    engine::SrqHandle h;
+    h.id = rep.id;
+    h.ring = queue::Ring(shm->data());
+    h.max_wr = rep.max_wr;
+    h.max_sge = rep.max_sge;
+    std::lock_guard<std::mutex> l(ev_mu_);
+    SrqEntry& e = srqs_[rep.id];
+    e.sink = events;
+    e.cookie = cookie;
+    e.shm = std::move(*shm);
+    e.mine = mine;
+    srq_cookies_[mine] = rep.id;
+    return h;
+  }
+  int ModifySrq(uint32_t id, uint32_t limit) override {
+    const ctl::ModifySrq a{id, limit};
+    return Call(ctl::kModifySrq, &a, sizeof(a), nullptr, 0);
+  }
+  absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override {
+    const ctl::Id a{id, 0};
+    ctl::IdRep rep{};
+    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "query SRQ");
+    return rep.id;
+  }
+  absl::Status DestroySrq(uint32_t id) override {
+    absl::Status s = Simple(ctl::kDestroySrq, id, "destroy SRQ");
+    if (!s.ok() && !dead()) return s;
+    std::lock_guard<std::mutex> l(ev_mu_);
+    if (auto it = srqs_.find(id); it != srqs_.end()) {
+      srq_cookies_.erase(it->second.mine);
+      srqs_.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<uint32_t> CreateAh(uint32_t pd, const transport::AddressVector& av) override {
+    ctl::CreateAh a{};
+    a.pd = pd;
+    a.av = ctl::ToWire(av);
+    ctl::IdRep rep{};
+    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "create AH");
+    return rep.id;
+  }
+  absl::Status DestroyAh(uint32_t id) override { return Simple(ctl::kDestroyAh, id, "destroy AH"); }
+  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kAttachMcast, qpn, mgid); }
+  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kDetachMcast, qpn, mgid); }
+  Counters ReadCounters() override {
+    Counters c;
+    (void)Call(ctl::kReadCounters, nullptr, 0, &c, sizeof(c));
+    return c;
+  }
+  absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn) override {
+    const ctl::Id a{qpn, 0};
+    QpCounters c;
+    if (int e = Call(ctl::kReadQpCounters, &a, sizeof(a), &c, sizeof(c)); e != 0) {
+      return errno_status(e, "read QP counters");
+    }
+    return c;
+  }
+
+  // The datapath: no system call unless the worker sleeps.
+  void Doorbell(const engine::QpHandle& qp, bool wake) override {
+    if (qp.shared->doorbell_pending.exchange(1, std::memory_order_acq_rel) == 0) queues_[qp.worker]->Push(qp.qpn);
+    if (wake) Kick(qp);
+  }
+  void Kick(const engine::QpHandle& qp) override {
+    engine::WakeWorker(static_cast<engine::WakeWords*>(wake_shm_.data()) + qp.worker);
+  }
+  bool TryDrive(bool) override { return false; }
+  void Handoff() override {}
+  bool RunOnWorkerForTesting(std::function<void()>) override { return false; }
+
+  // The event thread.
+  void OnEvent(const ctl::EventRecord& r) {
+    std::lock_guard<std::mutex> l(ev_mu_);
+    switch (r.kind) {
+      case ctl::kEvCqNotify:
+      case ctl::kEvCqError: {
+        auto id = cq_cookies_.find(r.id);
+        if (id == cq_cookies_.end()) return;  // destroyed meanwhile: dropped, as destroy drops unread events
+        CqEntry& e = cqs_[id->second];
+        if (e.notifier == nullptr) return;
+        if (r.kind == ctl::kEvCqNotify) e.notifier->NotifyCq(e.cookie);
+        else e.notifier->CqError(e.cookie);
+        return;
+      }
+      case ctl::kEvQp: {
+        auto id = qp_cookies_.find(r.id);
+        if (id == qp_cookies_.end()) return;
+        QpEntry& e = qps_[id->second];
+        if (e.sink != nullptr) e.sink->QpEvent(e.cookie, r.type);
+        return;
+      }
+      case ctl::kEvSrq: {
+        auto id = srq_cookies_.find(r.id);
+        if (id == srq_cookies_.end()) return;
+        SrqEntry& e = srqs_[id->second];
+        if (e.sink != nullptr) e.sink->SrqEvent(e.cookie, r.type);
+        return;
+      }
+      case ctl::kEvDevice:
+        DeviceEventLocked(r.type);
+        return;
+      default:
+        return;
+    }
+  }
+  // The daemon is gone: the device is dead, once.
+  void Lost() {
+    std::lock_guard<std::mutex> l(ev_mu_);
+    if (!dead_.load()) DeviceEventLocked(IBV_EVENT_DEVICE_FATAL);
+  }
+
+ private:
+  struct CqEntry {
+    cq::CqNotifier* notifier = nullptr;
+    uint64_t cookie = 0;
+    uint32_t mine = 0;  // its name in event records
+    std::vector<std::unique_ptr<cq::CqRegion>> regions;
+  };
+  struct QpEntry {
+    engine::EventSink* sink = nullptr;
+    uint64_t cookie = 0;
+    queue::ShmRegion shm;
+    engine::QpShared* shared = nullptr;
+    uint32_t mine = 0;
+  };
+  struct SrqEntry {
+    engine::EventSink* sink = nullptr;
+    uint64_t cookie = 0;
+    queue::ShmRegion shm;
+    uint32_t mine = 0;
+  };
+
+  void DeviceEventLocked(int type) {
+    if (type == IBV_EVENT_PORT_ACTIVE) port_active_.store(true);
+    if (type == IBV_EVENT_PORT_ERR) port_active_.store(false);
+    if (type == IBV_EVENT_DEVICE_FATAL) {
+      if (dead_.exchange(true)) return;
+      port_active_.store(false);
+      // The daemon moved every QP to error before it said so; if it died
+      // instead, nobody will: mark them here, so that posting fails.
+      for (auto& [qpn, e] : qps_) e.shared->state.store(IBV_QPS_ERR, std::memory_order_release);
+    }
+    for (engine::EventSink* s : sinks_) s->DeviceEvent(type);
+  }
+  int Call(uint16_t op, const void* req, size_t len, void* rep, size_t rep_len, int* fds = nullptr, int nfds = 0) {
+    return c_->Call(op, index_, req, len, nullptr, 0, rep, rep_len, fds, nfds);
+  }
+  absl::Status Simple(uint16_t op, uint32_t id, const char* what) {
+    const ctl::Id a{id, 0};
+    if (int e = Call(op, &a, sizeof(a), nullptr, 0); e != 0) return errno_status(e, what);
+    return absl::OkStatus();
+  }
+  int Mcast(uint16_t op, uint32_t qpn, const wire::Ipv6Addr& gid) {
+    ctl::Mcast a{};
+    a.qpn = qpn;
+    std::memcpy(a.gid, gid.data(), 16);
+    return Call(op, &a, sizeof(a), nullptr, 0);
+  }
+
+  Connection* c_;
+  uint16_t index_;
+  engine::PortInfo port_;
+  std::atomic<bool> port_active_{true}, dead_{false};
+  int workers_ = 1;
+  queue::ShmRegion db_shm_, wake_shm_;
+  std::vector<std::unique_ptr<queue::DoorbellQueue>> queues_;
+  std::atomic<uint32_t> next_cookie_{1};
+  // Objects and the callbacks events go to (the event thread reads them).
+  std::mutex ev_mu_;
+  std::vector<engine::EventSink*> sinks_;
+  absl::flat_hash_map<uint32_t, CqEntry> cqs_;
+  absl::flat_hash_map<uint32_t, QpEntry> qps_;
+  absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
+  absl::flat_hash_map<uint32_t, uint32_t> cq_cookies_, qp_cookies_, srq_cookies_;
+  std::mutex obj_mu_;
+  absl::flat_hash_map<uint32_t, Registration> mrs_;
+};
+
+absl::StatusOr<Connection*> Connection::Get() {
+  static Connection* conn = nullptr;
+  static absl::Status status;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto* c = new Connection();  // lives until exit, as the embedded engine does
+    status = c->Open(daemon_socket());
+    if (status.ok()) conn = c;
+  });
+  if (!status.ok()) return status;
+  return conn;
+}
+
+absl::Status Connection::Open(const std::string& path) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(a.sun_path)) return absl::InvalidArgumentError("DROCE_DAEMON: socket path too long");
+  std::memcpy(a.sun_path, path.c_str(), path.size() + 1);
+  sock_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (sock_ < 0 || connect(sock_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return absl::UnavailableError(absl::StrCat("no droced answers on ", path, ": ", std::strerror(errno)));
+  }
+  event_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (event_fd_ < 0) return absl::ErrnoToStatus(errno, "eventfd");
+  const ctl::Hello h{ctl::kVersion, 0, ctl::AbiHash()};
+  int fd = -1;
+  if (int e = Call(ctl::kHello, 0, &h, sizeof(h), &event_fd_, 1, &hello_, sizeof(hello_), &fd, 1); e != 0) {
+    return absl::UnavailableError(absl::StrCat("droced on ", path, " refused the hello: ", std::strerror(e),
+                                               e == EPROTO ? " (a daemon of another droce build)" : ""));
+  }
+  if (hello_.ndev > ctl::kMaxDevices) return absl::InternalError("droced announced too many devices");
+  auto shm = queue::ShmRegion::Adopt(fd, hello_.event_ring_size);
+  if (!shm.ok()) return shm.status();
+  ev_shm_ = std::move(*shm);
+  ev_ring_ = queue::Ring(ev_shm_.data());
+  if (ev_ring_.stride() != sizeof(ctl::EventRecord) || ev_ring_.size() == 0 ||
+      queue::ring_bytes(ev_ring_.size(), ev_ring_.stride()) > ev_shm_.size()) {
+    return absl::InternalError("droced's event ring does not match");
+  }
+  for (int i = 0; i < hello_.ndev; ++i) sessions_.push_back(std::make_unique<DaemonSession>(this, i));
+  std::thread([this] { EventLoop(); }).detach();
+  return absl::OkStatus();
+}
+
+DaemonSession* Connection::session(int i) { return sessions_[static_cast<size_t>(i)].get(); }
+
+int Connection::Call(uint16_t op, uint16_t dev, const void* req, size_t req_len, const int* fds, int nfds, void* rep,
+                     size_t rep_len, int* out_fds, int out_cap) {
+  uint8_t buf[ctl::kMaxMessage];
+  std::lock_guard<std::mutex> l(mu_);
+  if (gone()) return EIO;
+  ctl::Header h{ctl::kMagic, op, dev, ++seq_, static_cast<uint32_t>(sizeof(ctl::Header) + req_len)};
+  std::memcpy(buf, &h, sizeof(h));
+  if (req_len != 0) std::memcpy(buf + sizeof(h), req, req_len);
+  if (ctl::SendMsg(sock_, buf, h.len, fds, nfds) != static_cast<ssize_t>(h.len)) return EIO;
+  int got[ctl::kMaxFds];
+  int ngot = 0;
+  const ssize_t n = ctl::RecvMsg(sock_, buf, sizeof(buf), got, &ngot);
+  ctl::Reply r;
+  int err = 0;
+  if (n < static_cast<ssize_t>(sizeof(r))) {
+    err = EIO;
+  } else {
+    std::memcpy(&r, buf, sizeof(r));
+    if (r.h.magic != ctl::kMagic || r.h.op != (op | ctl::kReplyBit) || r.h.seq != h.seq || r.h.len != n) {
+      err = EIO;
+    } else if (r.err != 0) {
+      err = r.err;
+    } else if (static_cast<size_t>(n) != sizeof(r) + rep_len || ngot != out_cap) {
+      err = EIO;
+    } else {
+      if (rep_len != 0) std::memcpy(rep, buf + sizeof(r), rep_len);
+      for (int i = 0; i < ngot; ++i) out_fds[i] = got[i];
+      ngot = 0;
+    }
+  }
+  for (int i = 0; i < ngot; ++i) close(got[i]);
+  return err;
+}
+
+void Connection::EventLoop() {
+  pthread_setname_np(pthread_self(), "droce-events");
+  uint32_t cons = 0;
+  for (;;) {
+    pollfd p[2] = {{event_fd_, POLLIN, 0}, {sock_, 0, 0}};
+    if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+    uint64_t v;
+    (void)!read(event_fd_, &v, sizeof(v));
+    // C1: the records up to prod are visible (the daemon published them
+    // before poking the eventfd).
+    const uint32_t prod = ev_ring_.load_prod_acquire();
+    while (cons != prod) {
+      ctl::EventRecord r;
+      std::memcpy(&r, ev_ring_.slot(cons), sizeof(r));
+      ++cons;
+      ev_ring_.publish_cons(cons);  // C2
+      if (r.dev < sessions_.size()) sessions_[r.dev]->OnEvent(r);
+    }
+    if ((p[1].revents & (POLLHUP | POLLERR)) != 0) break;
+  }
+  gone_.store(true, std::memory_order_release);
+  for (auto& s : sessions_) s->Lost();
+}
+
+}  // namespace
+
+const std::string& daemon_socket() {
+  static const std::string path = [] {
+    const char* d = std::getenv("DROCE_DAEMON");
+    if (d != nullptr && *d != '\0') return std::string(d);
+    const char* link = std::getenv("DROCE_LINK");
+    if (link != nullptr && *link != '\0') return std::string();
+    // The default socket, if a daemon answers there.
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strcpy(a.sun_path, daemon::kDefaultSocket);
+    const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const bool live = s >= 0 && connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    if (s >= 0) close(s);
+    return live ? std::string(daemon::kDefaultSocket) : std::string();
+  }();
+  return path;
+}
+
+absl::Status check_config() {
+  if (daemon_socket().empty()) return engine::Device::CheckConfig().status();
+  return Connection::Get().status();
+}
+
+int device_count() {
+  if (daemon_socket().empty()) return engine::Device::Count();
+  auto c = Connection::Get();
+  return c.ok() ? (*c)->devices() : 0;
+}
+
+absl::StatusOr<engine::Session*> session_for(int index) {
+  if (daemon_socket().empty()) {
+    auto d = engine::Device::Instance(index);
+    if (!d.ok()) return d.status();
+    return static_cast<engine::Session*>(*d);
+  }
+  auto c = Connection::Get();
+  if (!c.ok()) return c.status();
+  if (index < 0 || index >= (*c)->devices()) return absl::NotFoundError("no such device on the daemon");
+  // Attached on first use, once.
+  static std::mutex mu;
+  static bool attached[ctl::kMaxDevices] = {};
+  static absl::Status status[ctl::kMaxDevices];
+  std::lock_guard<std::mutex> l(mu);
+  if (!attached[index]) {
+    attached[index] = true;
+    status[index] = (*c)->session(index)->Attach();
+  }
+  if (!status[index].ok()) return status[index];
+  return static_cast<engine::Session*>((*c)->session(index));
+}
+
+}  // namespace droce::provider

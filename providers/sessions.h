@@ -1,0 +1,25 @@
+// Which engine the provider talks to: the one it runs itself (embedded, the
+// default) or droced (client mode: DROCE_DAEMON=PATH, or the default socket
+// when a daemon answers there and no DROCE_LINK is given). Everything else in
+// the provider goes through engine::Session and does not know which.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/session.h"
+
+namespace droce::provider {
+
+// The daemon's socket, or "" in embedded mode (decided once per process).
+const std::string& daemon_socket();
+// The configuration is usable: embedded, the DROCE_* settings parse; client
+// mode, the daemon answered the hello.
+absl::Status check_config();
+// Devices there are (embedded: DROCE_LINK entries; client mode: the daemon's).
+int device_count();
+// droce<index>'s session, started (embedded) or attached (client mode) on
+// first use; lives until exit.
+absl::StatusOr<engine::Session*> session_for(int index);
+
+}  // namespace droce::provider

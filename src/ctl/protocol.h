@@ -1,0 +1,262 @@
+// The control protocol between libdroce.so in client mode and droced: one
+// Unix SOCK_SEQPACKET connection per client process, one request at a time,
+// each answered by one reply. Every message is a Header followed by the
+// fixed payload of its op; file descriptors (memfds, eventfds) travel with
+// SCM_RIGHTS. Payloads hold integers only (no bool, no enum, no pointer), so
+// that decoding is a length check, a copy and a range check of each field
+// (Validate), never an interpretation of a client's bytes as a C++ object.
+//
+// Sequence: the client's first message is kHello (version, ABI check, its
+// event eventfd); the daemon answers with the devices and the event ring.
+// kAttach(dev) then gives a device's doorbell queues and wake page. Every
+// request carries seq = previous + 1: a replayed or reordered message is
+// refused with a disconnect, as is anything before kHello or a second one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/session.h"
+
+namespace droce::ctl {
+
+inline constexpr uint32_t kMagic = 0x434f5244;  // "DROC"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kReplyBit = 0x8000;
+inline constexpr int kMaxFds = 8;
+inline constexpr uint32_t kMaxDevices = 16;
+// Pieces of one registration (tier A/B mappings that make up its pages).
+inline constexpr uint32_t kMaxPieces = 6;
+inline constexpr size_t kMaxMessage = 2048;
+
+enum Op : uint16_t {
+  kHello = 1,
+  kAttach,
+  kAllocPd,
+  kDeallocPd,
+  kRegMr,
+  kDeregMr,
+  kAllocMw,
+  kDeallocMw,
+  kCreateCq,
+  kDestroyCq,
+  kResizeCq,
+  kModifyCq,
+  kCreateQp,
+  kModifyQp,
+  kQueryQp,
+  kDestroyQp,
+  kCreateSrq,
+  kModifySrq,
+  kQuerySrq,
+  kDestroySrq,
+  kCreateAh,
+  kDestroyAh,
+  kAttachMcast,
+  kDetachMcast,
+  kReadCounters,
+  kReadQpCounters,
+  kOpEnd,
+};
+
+struct Header {
+  uint32_t magic;
+  uint16_t op;   // Op; | kReplyBit in a reply
+  uint16_t dev;  // device index (droce<dev>)
+  uint32_t seq;
+  uint32_t len;  // bytes of the whole message
+};
+
+struct Reply {
+  Header h;
+  int32_t err;  // 0 or a positive errno
+  uint32_t pad;
+};
+
+// A build must talk to a daemon built with the same layouts.
+uint32_t AbiHash();
+
+// ---- payloads (request unless named *Rep) ----
+struct Hello {
+  uint16_t version;
+  uint16_t pad;
+  uint32_t abi;
+  // fd 0: the client's event eventfd (the daemon writes it after queueing
+  // event records).
+};
+struct DevInfo {
+  char name[16];
+  uint8_t mac[6];
+  uint8_t prefix_len;
+  uint8_t active_mtu;
+  uint32_t ip;
+  uint32_t link_mtu;
+  uint8_t gids[2][16];
+  uint32_t gid_count;
+  uint32_t workers;
+  uint32_t port_active;
+  uint32_t dead;
+};
+struct HelloRep {
+  uint16_t version;
+  uint16_t ndev;
+  uint32_t abi;
+  uint64_t event_ring_size;  // fd 0: the event ring's memfd
+  DevInfo devs[kMaxDevices];
+};
+struct AttachRep {
+  uint32_t workers;
+  uint32_t doorbell_cells;  // per worker queue
+  uint64_t doorbell_size;   // fd 0: the queues, DoorbellQueue::Bytes(cells) each, in worker order
+  uint64_t wake_size;       // fd 1: the workers' WakeWords
+};
+struct Id {  // DeallocPd, DeregMr, DeallocMw, DestroyCq, QueryQp, DestroyQp, QuerySrq, DestroySrq, DestroyAh, ReadQpCounters
+  uint32_t id;
+  uint32_t pad;
+};
+struct IdRep {  // AllocPd, RegMr (key), AllocMw (rkey), CreateAh, QuerySrq (limit)
+  uint32_t id;
+  uint32_t pad;
+};
+
+// Memory tiers of a registration.
+enum Tier : uint32_t {
+  kTierShared = 1,  // A: pages of an already shared mapping (memfd, MAP_SHARED file, SysV shm)
+  kTierMoved = 2,   // B: private anonymous pages moved onto a memfd by the client
+  kTierCopy = 3,    // C: no fd: the daemon copies with process_vm_readv/writev
+};
+struct Piece {
+  uint64_t start;   // client address, page aligned
+  uint64_t len;     // page multiple
+  uint64_t offset;  // in the piece's fd (page aligned)
+  uint32_t fd;      // index among the message's fds
+  uint32_t pad;
+};
+struct RegMr {
+  uint32_t pd;
+  uint32_t access;
+  uint64_t addr, len, iova;
+  uint32_t tier;
+  uint32_t npieces;  // tiers A and B: pieces covering [addr & ~page, addr+len) in order, contiguous
+  Piece pieces[kMaxPieces];
+};
+struct AllocMw {
+  uint32_t pd;
+  uint32_t type;
+};
+struct CreateCq {
+  uint32_t min_cqe;
+  uint32_t cookie;  // the client's name for it in event records
+};
+struct ResizeCq {
+  uint32_t id;
+  uint32_t min_cqe;
+};
+struct CqRep {  // CreateCq, ResizeCq; fd 0: the region
+  uint32_t id;
+  uint32_t entries;
+  uint64_t size;
+};
+struct ModifyCq {
+  uint32_t id;
+  uint16_t count, period_us;
+};
+struct CreateQp {
+  uint32_t type;  // transport::QpType
+  uint32_t pd, send_cq, recv_cq, srq;
+  uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+  uint32_t sq_sig_all;
+  uint32_t cookie;  // the client's name for it in event records
+};
+struct QpRep {  // fd 0: SQ ring, RQ ring, QpShared
+  uint32_t qpn;
+  uint32_t worker;
+  uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
+  uint32_t pad;
+  uint64_t size, rq_offset, shared_offset;
+};
+struct WireAv {
+  uint8_t dgid[16];
+  uint32_t flow_label;
+  uint8_t sgid_index, hop_limit, traffic_class, sl;
+  uint8_t is_global, port_num;
+  uint16_t dlid;
+};
+struct WireQpAttr {
+  uint32_t state, cur_state, access_flags;
+  uint16_t pkey_index;
+  uint8_t port_num, path_mtu;
+  uint32_t qkey;
+  WireAv av;
+  uint8_t timeout, retry_cnt, rnr_retry, max_rd_atomic;
+  uint8_t min_rnr_timer, max_dest_rd_atomic, en_sqd_async_notify, pad;
+  uint32_t rq_psn, sq_psn, dest_qpn;
+};
+struct ModifyQp {
+  uint32_t qpn;
+  uint32_t mask;
+  WireQpAttr attr;
+};
+struct CreateSrq {
+  uint32_t pd, max_wr, max_sge, limit;
+  uint32_t cookie;  // the client's name for it in event records
+};
+struct SrqRep {  // fd 0: the ring
+  uint32_t id, max_wr, max_sge, pad;
+  uint64_t size;
+};
+struct ModifySrq {
+  uint32_t id, limit;
+};
+struct CreateAh {
+  uint32_t pd;
+  uint32_t pad;
+  WireAv av;
+};
+struct Mcast {
+  uint32_t qpn;
+  uint32_t pad;
+  uint8_t gid[16];
+};
+
+// Events, daemon → client, in the event ring (an SPSC queue::Ring of
+// EventRecord slots in a memfd the daemon made and sealed).
+enum EventKind : uint32_t { kEvCqNotify = 1, kEvCqError, kEvQp, kEvSrq, kEvDevice };
+struct EventRecord {
+  uint32_t kind;
+  uint16_t dev;
+  uint16_t pad;
+  uint32_t id;    // the object's cookie (kEvDevice: 0)
+  int32_t type;   // enum ibv_event_type (kEvQp, kEvSrq, kEvDevice)
+};
+inline constexpr uint32_t kEventRingSlots = 4096;
+
+// The payload size each op's request must have (0 for none), the fds it
+// carries, and the same for its reply.
+struct OpShape {
+  uint32_t req_len;
+  int req_fds;   // -1: varies (kRegMr: its pieces name them)
+  uint32_t rep_len;
+  int rep_fds;
+};
+const OpShape* ShapeOf(uint16_t op);
+
+// Checks a request as received: header, op, length, fd count and every
+// field's range. The caller then copies the payload (Payload<T>).
+absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds);
+
+// transport types ↔ wire, with range checks on the way in.
+WireAv ToWire(const transport::AddressVector& av);
+absl::Status FromWire(const WireAv& w, transport::AddressVector* av);
+WireQpAttr ToWire(const transport::QpAttr& a);
+absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a);
+
+// Socket I/O. Send: one message with up to kMaxFds fds. Recv: one message
+// into buf (cap bytes); fds received (CLOEXEC) go to fds/nfds; a message
+// longer than cap, or carrying more than kMaxFds fds, is an error (its fds
+// are closed). Returns the length, 0 at EOF, -1 with errno on error.
+ssize_t SendMsg(int sock, const void* buf, size_t len, const int* fds, int nfds);
+ssize_t RecvMsg(int sock, void* buf, size_t cap, int* fds, int* nfds);
+
+}  // namespace droce::ctl

@@ -1,0 +1,90 @@
+// droced's side of the control protocol (src/ctl/): the listening socket, one
+// thread per client process, the client's objects, its limits, and its
+// teardown when it goes away. The engine devices it serves are the same
+// engine::Device the embedded mode runs; a client's objects are its own
+// (every handle it names is checked against what it created), its QPs are
+// created with the client as owner (doorbells from its queues reach only
+// them), and its registered memory is mapped here from the memfds it passes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/device.h"
+
+namespace droce::daemon {
+
+// Where droced listens and clients look when DROCE_DAEMON is not set.
+inline constexpr const char* kDefaultSocket = "/run/droce/droced.sock";
+
+// Per-client limits (0: none beyond the device's own).
+struct ClientLimits {
+  uint32_t max_qps = 4096;
+  uint32_t max_cqs = 4096;
+  uint32_t max_mrs = 65536;
+  uint64_t max_cqes = 1u << 22;
+  // Registered bytes: also at most the client's RLIMIT_MEMLOCK unless it has
+  // CAP_IPC_LOCK.
+  uint64_t max_mr_bytes = 0;
+};
+
+struct ServerOptions {
+  std::string socket_path;
+  mode_t socket_mode = 0666;
+  ClientLimits limits;
+};
+
+// What the daemon holds, for tests and logs (also in `droced` status lines).
+struct ServerStats {
+  std::atomic<uint64_t> clients_accepted{0};
+  std::atomic<uint64_t> clients_live{0};
+  std::atomic<uint64_t> clients_refused{0};   // bad hello, credentials
+  std::atomic<uint64_t> bad_messages{0};      // refused requests (error reply or disconnect)
+  std::atomic<uint64_t> foreign_handles{0};   // handles that were not the client's
+  std::atomic<uint64_t> objects_live{0};      // PDs, MRs, MWs, CQs, QPs, SRQs, AHs of live clients
+  std::atomic<uint64_t> mr_maps_live{0};      // client memory mapped into the daemon
+  std::atomic<uint64_t> mr_shared{0}, mr_moved{0}, mr_copied{0};  // registrations per tier
+  std::atomic<uint64_t> teardowns{0};
+};
+
+class Server {
+ public:
+  Server(std::vector<engine::Device*> devices, ServerOptions opt);
+  ~Server();
+  // Binds and listens (removing a stale socket file no daemon answers on).
+  absl::Status Listen();
+  // Accepts clients until Stop; returns after every client thread ended.
+  void Run();
+  // Any thread or a signal handler's helper: makes Run return. Clients get
+  // IBV_EVENT_DEVICE_FATAL (the devices are shut down) and are disconnected.
+  void Stop();
+  const ServerStats& stats() const { return stats_; }
+  std::string StatusLine() const;
+
+  class Client;
+
+ private:
+  void Serve(std::shared_ptr<Client> c);
+
+  std::vector<engine::Device*> devices_;
+  ServerOptions opt_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd
+  std::atomic<bool> stopping_{false};
+  ServerStats stats_;
+  std::mutex mu_;
+  struct Live {
+    std::shared_ptr<Client> client;
+    std::thread thread;
+  };
+  std::vector<Live> live_;  // a thread per client; joined once it is done
+};
+
+}  // namespace droce::daemon
