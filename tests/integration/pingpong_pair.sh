@@ -14,6 +14,11 @@
 #   DROCE_TEST_LOG_DIR: if set, the server's output and the last client's are
 #   copied there as server.log and client.log (for checks made by a caller,
 #   e.g. on DROCE_STATS counters).
+#   DROCE_TEST_DAEMON=one|two (with DROCE_TEST_DROCED, the droced binary):
+#   the programs attach to droced instead of running engines: `one` daemon
+#   serving both (one RoCE endpoint, two processes, like two processes on
+#   one RNIC), or `two` daemons linked over memif, one per side. Each daemon
+#   must stop cleanly on SIGTERM with no object or memory map left.
 # shellcheck disable=SC2317  # kill_group and cleanup run from traps
 set -u
 
@@ -46,6 +51,7 @@ readonly max_client_attempts=20   # client retries while the server is not liste
 dir=$(mktemp -d /tmp/droce-it.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 server_pid=""
 client_pid=""
+daemon_pids=()
 
 # shellcheck source=tests/integration/pair_common.sh
 . "$(dirname "$0")/pair_common.sh"
@@ -53,6 +59,7 @@ client_pid=""
 cleanup() {
   kill_group "$client_pid"
   kill_group "$server_pid"
+  for pid in "${daemon_pids[@]}"; do kill_group "$pid"; done
   rm -rf -- "$dir"
 }
 trap cleanup EXIT
@@ -86,6 +93,49 @@ read -ra client_env <<<"${DROCE_TEST_CLIENT_ENV:-}"
 sock="$dir/memif.sock"
 link_of() { echo "net_memif0,role=$1,socket=$sock,socket-abstract=no"; }
 
+# Daemon mode: the daemons own the links; the programs name a socket.
+daemon_mode=${DROCE_TEST_DAEMON:-}
+daemon_pids=()
+server_flags=(--link "$(link_of server)" --ip 10.77.1.1/24)
+client_flags=(--link "$(link_of client)" --ip 10.77.1.2/24)
+start_daemon() {  # NAME DROCED-ARGS...
+  local name=$1
+  shift
+  timeout 300 "$DROCE_TEST_DROCED" --socket "$dir/$name.sock" "$@" </dev/null >"$dir/$name.log" 2>&1 &
+  daemon_pids+=($!)
+  for _ in $(seq 1 100); do
+    [ -S "$dir/$name.sock" ] && return 0
+    sleep 0.05
+  done
+  echo "FAIL: droced $name did not listen"; cat "$dir/$name.log"; exit 1
+}
+case $daemon_mode in
+  '') ;;
+  one)
+    start_daemon d0 --ip 10.77.1.1/24
+    server_flags=(--daemon "$dir/d0.sock"); client_flags=(--daemon "$dir/d0.sock") ;;
+  two)
+    start_daemon d0 --link "$(link_of server)" --ip 10.77.1.1/24
+    start_daemon d1 --link "$(link_of client)" --ip 10.77.1.2/24
+    server_flags=(--daemon "$dir/d0.sock"); client_flags=(--daemon "$dir/d1.sock") ;;
+  *) echo "FAIL: DROCE_TEST_DAEMON=$daemon_mode: one or two"; exit 1 ;;
+esac
+# stop_daemons: SIGTERM each; each must exit 0 having torn everything down.
+stop_daemons() {
+  local i pid rc
+  for i in "${!daemon_pids[@]}"; do
+    pid=${daemon_pids[$i]}
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "FAIL: droced d$i: exit $rc"; cat "$dir/d$i.log"; fail=1
+    elif ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d$i.log"; then
+      echo "FAIL: droced d$i left objects behind"; cat "$dir/d$i.log"; fail=1
+    fi
+  done
+  daemon_pids=()
+}
+
 show_logs() {
   echo "----- server output ($program, port $port) -----"
   cat "$dir/server.log" 2>/dev/null
@@ -99,7 +149,7 @@ show_logs() {
   echo "-----"
 }
 
-timeout "$per_process_timeout" env "${server_env[@]}" "$launcher" exec --link "$(link_of server)" --ip 10.77.1.1/24 \
+timeout "$per_process_timeout" env "${server_env[@]}" "$launcher" exec "${server_flags[@]}" \
   -- "$program" -p "$port" "${prog_args[@]}" </dev/null >"$dir/server.log" 2>&1 &
 server_pid=$!
 
@@ -115,7 +165,7 @@ while [ "$SECONDS" -lt "$listen_deadline" ]; do
 done
 
 start_client() {
-  timeout "$per_process_timeout" env "${client_env[@]}" "$launcher" exec --link "$(link_of client)" --ip 10.77.1.2/24 \
+  timeout "$per_process_timeout" env "${client_env[@]}" "$launcher" exec "${client_flags[@]}" \
     -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$1" 2>&1 &
   last_pid=$!
 }
@@ -147,12 +197,13 @@ fi
 if [ "$attempt" -eq 0 ] || ! grep -Eq "$expect_client" "$dir/client.$attempt.log"; then
   echo "FAIL: client output has no line matching '$expect_client'"; fail=1
 fi
+stop_daemons
 
 if [ "$fail" -ne 0 ]; then
   show_logs
   exit 1
 fi
-echo "PASS: $program ${prog_args[*]} (server and client over memif, TCP port $port, client attempts: $attempt)"
+echo "PASS: $program ${prog_args[*]} (server and client over memif${daemon_mode:+, daemon mode $daemon_mode}, TCP port $port, client attempts: $attempt)"
 grep -E "bytes in .* seconds|iters in .* seconds|$expect_client" "$dir/server.log" | sed 's/^/[server] /'
 grep -E "bytes in .* seconds|iters in .* seconds|$expect_client" "$dir/client.$attempt.log" | sed 's/^/[client] /'
 exit 0

@@ -225,6 +225,7 @@ struct ExecOptions {
   // variable in the environment (if any) is passed through.
   std::array<std::optional<std::string>, droce::config::kNumSettings> flags;
   std::vector<std::string> program;  // PROGRAM [ARGS...]
+  std::optional<std::string> daemon;  // --daemon SOCKET
 };
 
 // The setting whose flag is --name, or nullptr.
@@ -290,12 +291,19 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
       name.resize(eq);
     }
     const droce::config::SettingInfo* setting = SettingOfFlag(name);
-    if (setting == nullptr) return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
+    if (setting == nullptr && name != "daemon") {
+      return UsageError(StrCat("exec: unknown option '--", name, "' (see 'droce help')"));
+    }
     if (!value) {
       if (i + 1 >= args.size() || args[i + 1] == "--") {
         return UsageError(StrCat("exec: option '--", name, "' requires a value"));
       }
       value = args[++i];
+    }
+    if (setting == nullptr) {
+      if (value->empty()) return UsageError("exec: --daemon must not be empty");
+      opt.daemon = std::move(*value);
+      continue;
     }
     opt.flags[static_cast<size_t>(setting->setting)] = std::move(*value);
   }
@@ -306,6 +314,17 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     return UsageError("exec: missing PROGRAM after '--' (usage: droce exec [options] -- PROGRAM [ARGS...])");
   }
   opt.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (opt.daemon) {
+    // The daemon owns the links and their addresses.
+    using droce::config::Setting;
+    for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
+                      Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan}) {
+      if (opt.flags[static_cast<size_t>(s)]) {
+        return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
+                                 " cannot be used with --daemon: droced owns the link (give it to droced)"));
+      }
+    }
+  }
 
   return ValidateSettings(opt);
 }
@@ -328,6 +347,7 @@ int CmdExec(const std::vector<std::string>& args) {
   for (size_t i = 0; i < opt.flags.size(); ++i) {
     if (opt.flags[i]) setenv(droce::config::kSettings[i].var, opt.flags[i]->c_str(), 1);
   }
+  if (opt.daemon) setenv("DROCE_DAEMON", opt.daemon->c_str(), 1);
 
   // Prepend the provider, keep the other entries (dropping a duplicate of it).
   std::vector<std::string> preload = {*provider};
