@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace droce::provider {
 namespace {
@@ -65,6 +66,17 @@ struct Chunk {
 std::mutex g_mu;
 std::map<uint64_t, Chunk> g_chunks;  // by inode
 uint64_t g_moved_bytes = 0;
+
+// Runs fn on another thread while the calling one waits. Moving pages copies
+// them and then maps the copy over them; if they hold the calling thread's
+// stack (a registered stack buffer), whatever that thread pushed between
+// the copy and the mapping (a return address) would be lost. A thread
+// blocked in join pushes nothing.
+template <typename Fn>
+void off_this_stack(Fn fn) {
+  std::thread t(fn);
+  t.join();
+}
 
 bool remap_allowed() {
   const char* v = std::getenv("DROCE_REMAP");
@@ -164,7 +176,7 @@ absl::StatusOr<Registration> PrepareMemory(uint64_t addr, uint64_t len) {
   auto fail_copy = [&] {
     // Whatever cannot be mapped goes to tier C; undo the references taken.
     for (Chunk* c : taken) {
-      if (--c->refs == 0) restore_chunk(*c);
+      if (--c->refs == 0) off_this_stack([&] { restore_chunk(*c); });
     }
     return Registration{};
   };
@@ -188,7 +200,8 @@ absl::StatusOr<Registration> PrepareMemory(uint64_t addr, uint64_t len) {
       if (fd < 0) return fail_copy();
       p.offset = v.offset + (s - v.start);
     } else {
-      Chunk* c = move_pages(s, e - s, v.prot);
+      Chunk* c = nullptr;
+      off_this_stack([&] { c = move_pages(s, e - s, v.prot); });
       if (c == nullptr) return fail_copy();
       c->refs = 1;
       taken.push_back(c);
@@ -216,7 +229,7 @@ void ReleaseMemory(const Registration& r) {
   std::lock_guard<std::mutex> l(g_mu);
   for (uint64_t inode : r.chunks) {
     auto it = g_chunks.find(inode);
-    if (it != g_chunks.end() && --it->second.refs == 0) restore_chunk(it->second);
+    if (it != g_chunks.end() && --it->second.refs == 0) off_this_stack([&] { restore_chunk(it->second); });
   }
 }
 

@@ -34,7 +34,7 @@ mkdir -p "$work"
 wire_srcs=("$root"/src/wire/*.cc)
 flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer
        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-       -I"$root/src")
+       -I"$root/src" -DNOMINMAX)
 
 # Does $1 need rebuilding from the sources that follow?
 stale() {
@@ -47,12 +47,18 @@ stale() {
   return 1
 }
 
-targets=(parse_fuzz build_fuzz)
+# ctl_fuzz: droced's decoder of client messages (src/ctl/), over abseil.
+ctl_srcs=("$root"/src/ctl/protocol.cc)
+ctl_libs=(-labsl_status -labsl_strings -labsl_cord -labsl_cord_internal -labsl_cordz_info -labsl_str_format_internal
+          -labsl_strings_internal -labsl_throw_delegate -labsl_raw_logging_internal -labsl_int128 -labsl_base
+          -labsl_spinlock_wait)
+targets=(parse_fuzz build_fuzz ctl_fuzz)
 for t in "${targets[@]}"; do
   bin=$work/$t
-  if stale "$bin" "$here/$t.cc" "${wire_srcs[@]}"; then
+  if [ "$t" = ctl_fuzz ]; then srcs=("${ctl_srcs[@]}"); libs=("${ctl_libs[@]}"); else srcs=("${wire_srcs[@]}"); libs=(-lisal); fi
+  if stale "$bin" "$here/$t.cc" "${srcs[@]}" "$root"/src/ctl/*.h; then
     echo "fuzz: building $t"
-    if ! "$cxx" "${flags[@]}" -o "$bin.tmp" "$here/$t.cc" "${wire_srcs[@]}" -lisal; then
+    if ! "$cxx" "${flags[@]}" -o "$bin.tmp" "$here/$t.cc" "${srcs[@]}" "${libs[@]}"; then
       echo "fuzz: FAILED to build $t"
       exit 1
     fi
@@ -69,7 +75,7 @@ for t in "${targets[@]}"; do
   # New inputs go to $corpus (first directory); the seed corpus is read only.
   if (cd "$work" && "./$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -max_len=10000 -print_final_stats=1 -artifact_prefix="$work/$t-" \
-        "$corpus" "$here/corpus") >"$log" 2>&1; then
+        "$corpus" "$here/$([ "$t" = ctl_fuzz ] && echo corpus_ctl || echo corpus)") >"$log" 2>&1; then
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
     echo "fuzz: $t ok: ${execs:-?} executions, ${cov:-cov: ?}"

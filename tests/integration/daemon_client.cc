@@ -1,0 +1,400 @@
+// A client of droced for the daemon tests (daemon_clients.sh), run under
+// libdroce.so with DROCE_DAEMON set:
+//   daemon_client traffic SECONDS   two RC QPs of one device connected to each
+//                                   other, SENDs and RDMA WRITEs of patterned
+//                                   data, every byte checked; exit 0 if all
+//                                   arrived intact and every completion was a
+//                                   success
+//   daemon_client victim            the same until it is killed
+//   daemon_client memory            each kind of registered memory (malloc,
+//                                   stack, private file mapping, memfd
+//                                   MAP_SHARED, two overlapping registrations,
+//                                   a buffer freed while registered, fork after
+//                                   registration) written by RDMA WRITE and
+//                                   read back by RDMA READ
+//   daemon_client hostile SOCKET SEED
+//                                   speaks the control protocol itself:
+//                                   random, truncated, replayed and
+//                                   out-of-order messages, foreign handles;
+//                                   exit 0 once done (the daemon must survive)
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ctl/protocol.h"
+
+namespace {
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "daemon_client: %s (errno %d %s)\n", what, errno, std::strerror(errno));
+  std::exit(1);
+}
+
+struct Pair {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* a = nullptr;
+  ibv_qp* b = nullptr;
+};
+
+void to_rts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_INIT;
+  at.port_num = 1;
+  at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
+  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die("INIT");
+  at = {};
+  at.qp_state = IBV_QPS_RTR;
+  at.path_mtu = IBV_MTU_1024;
+  at.dest_qp_num = dest;
+  at.max_dest_rd_atomic = 4;
+  at.min_rnr_timer = 1;
+  at.ah_attr.is_global = 1;
+  at.ah_attr.grh.dgid = gid;
+  at.ah_attr.grh.hop_limit = 64;
+  at.ah_attr.port_num = 1;
+  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+    die("RTR");
+  }
+  at = {};
+  at.qp_state = IBV_QPS_RTS;
+  at.timeout = 10;
+  at.retry_cnt = 7;
+  at.rnr_retry = 7;
+  at.max_rd_atomic = 4;
+  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                                IBV_QP_MAX_QP_RD_ATOMIC)) {
+    die("RTS");
+  }
+}
+
+Pair open_pair() {
+  Pair p;
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n < 1) die("no device");
+  p.ctx = ibv_open_device(list[0]);
+  if (p.ctx == nullptr) die("open");
+  p.pd = ibv_alloc_pd(p.ctx);
+  p.cq = ibv_create_cq(p.ctx, 256, nullptr, nullptr, 0);
+  if (p.pd == nullptr || p.cq == nullptr) die("pd/cq");
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = p.cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  p.a = ibv_create_qp(p.pd, &ia);
+  p.b = ibv_create_qp(p.pd, &ia);
+  if (p.a == nullptr || p.b == nullptr) die("qp");
+  ibv_gid gid;
+  if (ibv_query_gid(p.ctx, 1, 0, &gid)) die("gid");
+  to_rts(p.a, p.b->qp_num, gid);
+  to_rts(p.b, p.a->qp_num, gid);
+  return p;
+}
+
+ibv_wc wait_one(ibv_cq* cq) {
+  ibv_wc wc{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const int n = ibv_poll_cq(cq, 1, &wc);
+    if (n < 0) die("poll");
+    if (n == 1) break;
+    if (std::chrono::steady_clock::now() > deadline) die("no completion within 10 s");
+  }
+  if (wc.status != IBV_WC_SUCCESS) {
+    std::fprintf(stderr, "daemon_client: completion %s (wr_id %llu)\n", ibv_wc_status_str(wc.status),
+                 static_cast<unsigned long long>(wc.wr_id));
+    std::exit(1);
+  }
+  return wc;
+}
+
+void rdma(Pair& p, ibv_wr_opcode op, ibv_mr* local, void* laddr, ibv_mr* remote, void* raddr, uint32_t len) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(laddr), len, local->lkey};
+  ibv_send_wr wr{}, *bad;
+  wr.opcode = op;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(raddr);
+  wr.wr.rdma.rkey = remote->rkey;
+  if (ibv_post_send(p.a, &wr, &bad)) die("post");
+  wait_one(p.cq);
+}
+
+void fill(uint8_t* b, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) & 0xFF);
+}
+
+bool check(const uint8_t* b, size_t n, uint32_t seed) {
+  for (size_t i = 0; i < n; ++i) {
+    if (b[i] != static_cast<uint8_t>((i * 131 + seed * 7 + (i >> 8)) & 0xFF)) return false;
+  }
+  return true;
+}
+
+int traffic(double seconds) {
+  Pair p = open_pair();
+  constexpr size_t kLen = 16384;
+  std::vector<uint8_t> src(kLen), dst(kLen), back(kLen);
+  const int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  ibv_mr* ms = ibv_reg_mr(p.pd, src.data(), kLen, acc);
+  ibv_mr* md = ibv_reg_mr(p.pd, dst.data(), kLen, acc);
+  ibv_mr* mb = ibv_reg_mr(p.pd, back.data(), kLen, acc);
+  if (ms == nullptr || md == nullptr || mb == nullptr) die("reg_mr");
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  uint64_t rounds = 0;
+  for (uint32_t seed = 1; seconds < 0 || std::chrono::steady_clock::now() < end; ++seed) {
+    const uint32_t len = 1 + (seed * 2654435761u) % kLen;
+    fill(src.data(), len, seed);
+    // SEND a → b into dst, then READ it back from b's dst into back.
+    ibv_sge rs{reinterpret_cast<uint64_t>(dst.data()), static_cast<uint32_t>(kLen), md->lkey};
+    ibv_recv_wr rw{}, *rbad;
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    if (ibv_post_recv(p.b, &rw, &rbad)) die("post_recv");
+    ibv_sge ss{reinterpret_cast<uint64_t>(src.data()), len, ms->lkey};
+    ibv_send_wr sw{}, *sbad;
+    sw.opcode = IBV_WR_SEND;
+    sw.sg_list = &ss;
+    sw.num_sge = 1;
+    sw.send_flags = IBV_SEND_SIGNALED;
+    if (ibv_post_send(p.a, &sw, &sbad)) die("post_send");
+    wait_one(p.cq);
+    wait_one(p.cq);
+    if (!check(dst.data(), len, seed)) die("SEND data differs");
+    std::memset(back.data(), 0, len);
+    rdma(p, IBV_WR_RDMA_READ, mb, back.data(), md, dst.data(), len);
+    if (!check(back.data(), len, seed)) die("READ data differs");
+    ++rounds;
+  }
+  std::printf("traffic: %llu rounds byte-exact\n", static_cast<unsigned long long>(rounds));
+  return 0;
+}
+
+// Writes `len` patterned bytes from a scratch MR into [buf, buf+len) (MR mr)
+// with RDMA WRITE, checks them in place, changes them locally and reads
+// them back with RDMA READ.
+bool roundtrip(Pair& p, ibv_mr* mr, uint8_t* buf, uint32_t len, uint32_t seed) {
+  static std::vector<uint8_t> scratch(1 << 20);
+  static ibv_mr* smr = ibv_reg_mr(p.pd, scratch.data(), scratch.size(),
+                                  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  if (smr == nullptr) die("scratch MR");
+  fill(scratch.data(), len, seed);
+  rdma(p, IBV_WR_RDMA_WRITE, smr, scratch.data(), mr, buf, len);
+  if (!check(buf, len, seed)) return false;
+  fill(buf, len, seed + 1);
+  std::memset(scratch.data(), 0, len);
+  rdma(p, IBV_WR_RDMA_READ, smr, scratch.data(), mr, buf, len);
+  return check(scratch.data(), len, seed + 1);
+}
+
+int memory() {
+  Pair p = open_pair();
+  const int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  int failed = 0;
+  auto expect = [&](bool ok, const char* what) {
+    std::printf("%s: %s\n", what, ok ? "ok" : "FAILED");
+    failed += ok ? 0 : 1;
+  };
+  {  // malloc
+    auto* b = static_cast<uint8_t*>(std::malloc(10000));
+    ibv_mr* mr = ibv_reg_mr(p.pd, b + 3, 9000, acc);
+    expect(mr != nullptr && roundtrip(p, mr, b + 3, 9000, 1), "malloc buffer");
+    if (mr) ibv_dereg_mr(mr);
+    std::free(b);
+  }
+  {  // the stack
+    alignas(64) uint8_t b[6000];
+    ibv_mr* mr = ibv_reg_mr(p.pd, b, sizeof(b), acc);
+    expect(mr != nullptr && roundtrip(p, mr, b, sizeof(b), 2), "stack buffer");
+    if (mr) ibv_dereg_mr(mr);
+  }
+  {  // a private file mapping
+    char path[] = "/tmp/droce-memtest-XXXXXX";
+    const int fd = mkstemp(path);
+    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) die("tmp file");
+    auto* b = static_cast<uint8_t*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0));
+    ibv_mr* mr = ibv_reg_mr(p.pd, b + 100, 30000, acc);
+    expect(mr != nullptr && roundtrip(p, mr, b + 100, 30000, 3), "private file mapping");
+    if (mr) ibv_dereg_mr(mr);
+    munmap(b, 1 << 16);
+    close(fd);
+    unlink(path);
+  }
+  {  // a memfd mapped shared (tier A: mapped by the daemon as it is)
+    const int fd = memfd_create("app-buffer", MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, 1 << 16) != 0) die("memfd");
+    auto* b = static_cast<uint8_t*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    auto* alias = static_cast<uint8_t*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    ibv_mr* mr = ibv_reg_mr(p.pd, b, 1 << 16, acc);
+    // Written through the daemon's own mapping of the file: the app's other
+    // mapping of it sees the bytes (nothing was copied).
+    expect(mr != nullptr && roundtrip(p, mr, b, 1 << 16, 4) && check(alias, 1 << 16, 5), "memfd MAP_SHARED");
+    if (mr) ibv_dereg_mr(mr);
+    munmap(b, 1 << 16);
+    munmap(alias, 1 << 16);
+    close(fd);
+  }
+  {  // two overlapping registrations, deregistered in turn
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, 1 << 16));
+    ibv_mr* m1 = ibv_reg_mr(p.pd, b, 40000, acc);
+    ibv_mr* m2 = ibv_reg_mr(p.pd, b + 20000, 40000, acc);
+    bool ok = m1 != nullptr && m2 != nullptr && roundtrip(p, m1, b, 40000, 6) && roundtrip(p, m2, b + 20000, 40000, 8);
+    if (m1) ibv_dereg_mr(m1);
+    ok = ok && roundtrip(p, m2, b + 20000, 40000, 10);  // m2 still works without m1
+    if (m2) ibv_dereg_mr(m2);
+    // Back in private memory, with the data.
+    ok = ok && check(b + 20000, 40000, 11);
+    expect(ok, "overlapping registrations");
+    std::free(b);
+  }
+  {  // freed (unmapped) while registered: the daemon must not crash, the MR
+     // can still be deregistered
+    auto* b = static_cast<uint8_t*>(mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ibv_mr* mr = ibv_reg_mr(p.pd, b, 1 << 16, acc);
+    bool ok = mr != nullptr && roundtrip(p, mr, b, 4096, 12);
+    munmap(b, 1 << 16);
+    static std::vector<uint8_t> s2(4096);
+    ibv_mr* smr = ibv_reg_mr(p.pd, s2.data(), s2.size(), acc);
+    if (ok && smr) rdma(p, IBV_WR_RDMA_WRITE, smr, s2.data(), mr, b, 4096);  // into memory no longer ours: harmless
+    ok = ok && ibv_dereg_mr(mr) == 0;
+    if (smr) ibv_dereg_mr(smr);
+    expect(ok, "buffer unmapped while registered");
+  }
+  {  // fork after registration: the parent's traffic goes on; the child does
+     // not have the registered pages (MADV_DONTFORK, as with rdma-core)
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(4096, 8192));
+    ibv_mr* mr = ibv_reg_mr(p.pd, b, 8192, acc);
+    const pid_t child = fork();
+    if (child == 0) {
+      // Touching the registered pages faults in the child: it cannot write
+      // the parent's (or the daemon's) copy.
+      b[0] = 1;
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    const bool child_faulted = WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+    expect(mr != nullptr && child_faulted && roundtrip(p, mr, b, 8192, 14), "fork after registration");
+    if (mr) ibv_dereg_mr(mr);
+    std::free(b);
+  }
+  return failed == 0 ? 0 : 1;
+}
+
+// The control protocol spoken by a program that means harm.
+int hostile(const char* path, unsigned seed) {
+  std::mt19937 rng(seed);
+  auto connect_to = [&] {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+    const int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) die("connect");
+    return s;
+  };
+  auto exchange = [&](int s, const void* buf, size_t len, const int* fds, int nfds) {
+    if (droce::ctl::SendMsg(s, buf, len, fds, nfds) < 0) return false;
+    uint8_t rep[droce::ctl::kMaxMessage];
+    int got[droce::ctl::kMaxFds], ngot = 0;
+    timeval tv{2, 0};
+    setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    const ssize_t n = droce::ctl::RecvMsg(s, rep, sizeof(rep), got, &ngot);
+    for (int i = 0; i < ngot; ++i) close(got[i]);
+    return n > 0;
+  };
+  auto hello = [&](int s, uint32_t* seq) {
+    uint8_t buf[64];
+    droce::ctl::Header h{droce::ctl::kMagic, droce::ctl::kHello, 0, ++*seq,
+                         static_cast<uint32_t>(sizeof(droce::ctl::Header) + sizeof(droce::ctl::Hello))};
+    droce::ctl::Hello he{droce::ctl::kVersion, 0, droce::ctl::AbiHash()};
+    std::memcpy(buf, &h, sizeof(h));
+    std::memcpy(buf + sizeof(h), &he, sizeof(he));
+    const int efd = memfd_create("not-an-eventfd", 0);
+    const bool ok = exchange(s, buf, h.len, &efd, 1);
+    close(efd);
+    return ok;
+  };
+  unsigned sent = 0;
+  for (int round = 0; round < 40; ++round) {
+    const int s = connect_to();
+    uint32_t seq = 0;
+    const bool greeted = (rng() % 4) != 0 && hello(s, &seq);
+    // Attach device 0 so that object ops reach the engine.
+    if (greeted) {
+      droce::ctl::Header h{droce::ctl::kMagic, droce::ctl::kAttach, 0, ++seq, sizeof(droce::ctl::Header)};
+      exchange(s, &h, sizeof(h), nullptr, 0);
+    }
+    for (int i = 0; i < 50; ++i) {
+      uint8_t buf[droce::ctl::kMaxMessage] = {};
+      droce::ctl::Header h{droce::ctl::kMagic, static_cast<uint16_t>(rng() % (droce::ctl::kOpEnd + 2)),
+                           static_cast<uint16_t>(rng() % 3), seq + 1, 0};
+      const droce::ctl::OpShape* shape = droce::ctl::ShapeOf(h.op);
+      size_t len = sizeof(h) + (shape != nullptr ? shape->req_len : rng() % 64);
+      switch (rng() % 6) {
+        case 0: len = rng() % sizeof(h); break;                 // truncated
+        case 1: h.seq = seq; break;                              // replayed
+        case 2: h.seq = seq + 2 + rng() % 5; break;              // out of order
+        case 3: h.magic ^= 1u << (rng() % 32); break;            // broken header
+        default: break;                                          // well formed, random fields
+      }
+      h.len = static_cast<uint32_t>(len);
+      std::memcpy(buf, &h, std::min(len, sizeof(h)));
+      for (size_t k = sizeof(h); k < len; ++k) buf[k] = static_cast<uint8_t>(rng());
+      // Handles that are plausible: small ids, like another client's.
+      if (len >= sizeof(h) + 8 && rng() % 2) {
+        const uint32_t id = 1 + rng() % 64;
+        std::memcpy(buf + sizeof(h), &id, 4);
+      }
+      int fds[2] = {-1, -1};
+      int nfds = 0;
+      if (rng() % 8 == 0) {  // a memfd that shrinks after being passed
+        fds[0] = memfd_create("shrinking", 0);
+        if (ftruncate(fds[0], 1 << 20) == 0) nfds = 1;
+      }
+      const bool alive = exchange(s, buf, len, fds, nfds);
+      if (nfds) {
+        (void)!ftruncate(fds[0], 0);
+        close(fds[0]);
+      }
+      ++sent;
+      if (!alive) break;  // disconnected: a new connection next round
+      if (h.seq == seq + 1 && h.magic == droce::ctl::kMagic && len >= sizeof(h)) ++seq;
+    }
+    close(s);
+  }
+  std::printf("hostile: %u messages sent\n", sent);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: daemon_client traffic SECONDS | victim | memory | hostile SOCKET SEED\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  if (mode == "traffic" && argc == 3) return traffic(std::atof(argv[2]));
+  if (mode == "victim") return traffic(-1);
+  if (mode == "memory") return memory();
+  if (mode == "hostile" && argc == 4) return hostile(argv[2], static_cast<unsigned>(std::atoi(argv[3])));
+  std::fprintf(stderr, "daemon_client: bad arguments\n");
+  return 2;
+}

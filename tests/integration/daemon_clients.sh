@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# droced under load, faults and hostile clients (issue 13): one daemon; the
+# memory tiers checked by a client; 16 concurrent clients with traffic; then
+# two long-lived clients with traffic while 100 others are SIGKILLed at
+# random moments (set-up, traffic) and hostile clients send random,
+# truncated, replayed and out-of-order messages. Passes if every surviving
+# client's data was byte-exact, the daemon never died, and once the clients
+# are gone it holds no more fds or memory mappings than before them and
+# stops on SIGTERM with no object left.
+#
+# usage: daemon_clients.sh DROCED LAUNCHER DAEMON_CLIENT
+set -u
+droced=$1 launcher=$2 client=$3
+dir=$(mktemp -d /tmp/droce-daemon.XXXXXX) || exit 1
+sock=$dir/d.sock
+pids=()
+dpid=""
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
+  [ -n "$dpid" ] && kill -KILL "$dpid" 2>/dev/null
+  wait 2>/dev/null
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; echo "--- droced log ---"; tail -20 "$dir/d.log"; exit 1; }
+
+timeout 600 "$droced" --socket "$sock" --ip 10.77.9.1/24 </dev/null >"$dir/d.log" 2>&1 &
+dpid=$!
+for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.05; done
+[ -S "$sock" ] || fail "droced did not listen"
+run() { timeout "$1" "$launcher" exec --daemon "$sock" -- "$client" "${@:2}"; }
+fds() { ls "/proc/$dpid/fd" | wc -l; }
+memfd_maps() { grep -c 'memfd:' "/proc/$dpid/maps"; }
+sleep 0.3
+base_fds=$(fds) base_maps=$(memfd_maps)
+
+# Memory tiers.
+run 60 memory >"$dir/memory.log" 2>&1 || { cat "$dir/memory.log"; fail "memory tiers"; }
+sed 's/^/[memory] /' "$dir/memory.log"
+
+# 16 concurrent clients.
+for i in $(seq 1 16); do run 120 traffic 2 >"$dir/c16.$i.log" 2>&1 & pids+=($!); done
+bad=0
+for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+pids=()
+[ "$bad" -eq 0 ] || { cat "$dir"/c16.*.log | grep -v rounds | head; fail "$bad of 16 concurrent clients failed"; }
+echo "16 concurrent clients: all byte-exact ($(cat "$dir"/c16.*.log | awk '{s += $2} END {print s}') rounds)"
+
+# Survivors, the kill storm and hostile clients at once.
+run 300 traffic 12 >"$dir/s1.log" 2>&1 & s1=$!
+run 300 traffic 12 >"$dir/s2.log" 2>&1 & s2=$!
+for seed in 1 2 3; do
+  timeout 120 "$client" hostile "$sock" "$seed" >"$dir/h.$seed.log" 2>&1 & pids+=($!)
+done
+killed=0
+for i in $(seq 1 100); do
+  run 60 victim >/dev/null 2>&1 &
+  v=$!
+  # 20 ms to 600 ms: some die opening the device, most mid-traffic.
+  sleep "0.$(printf '%03d' $(( 20 + RANDOM % 580 )))"
+  kill -KILL -- "-$v" 2>/dev/null || kill -KILL "$v" 2>/dev/null
+  wait "$v" 2>/dev/null
+  killed=$((killed + 1))
+  kill -0 "$dpid" 2>/dev/null || fail "droced died during the kill storm (after $killed clients)"
+done
+for p in "${pids[@]}"; do wait "$p" || fail "a hostile client failed to run: $(cat "$dir"/h.*.log)"; done
+pids=()
+wait "$s1" || { cat "$dir/s1.log"; fail "survivor 1's traffic"; }
+wait "$s2" || { cat "$dir/s2.log"; fail "survivor 2's traffic"; }
+echo "kill storm: $killed clients SIGKILLed; survivors $(cat "$dir/s1.log") / $(cat "$dir/s2.log")"
+cat "$dir"/h.*.log | sed 's/^/[hostile] /'
+kill -0 "$dpid" 2>/dev/null || fail "droced died"
+
+# Nothing leaked: fds and memfd mappings back to where they were.
+for _ in $(seq 1 50); do
+  [ "$(fds)" -le "$base_fds" ] && [ "$(memfd_maps)" -le "$base_maps" ] && break
+  sleep 0.1
+done
+[ "$(fds)" -le "$base_fds" ] || { ls -l "/proc/$dpid/fd"; fail "droced holds $(fds) fds, $base_fds before the clients"; }
+[ "$(memfd_maps)" -le "$base_maps" ] || { grep memfd "/proc/$dpid/maps" | head; fail "droced maps $(memfd_maps) memfds, $base_maps before"; }
+echo "after the clients: $(fds) fds ($base_fds before), $(memfd_maps) memfd mappings ($base_maps before)"
+
+kill -TERM "$dpid"
+wait "$dpid"
+rc=$?
+dpid=""
+[ "$rc" -eq 0 ] || fail "droced exit $rc"
+grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d.log" || fail "droced left objects behind"
+grep 'stopped' "$dir/d.log"
+[ ! -e "$sock" ] || fail "the socket file is left behind"
+echo "PASS"
