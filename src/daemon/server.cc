@@ -108,10 +108,15 @@ class Server::Client {
   };
 
   Client(Server* s, int sock) : srv(s), sock(sock) {}
-  ~Client() {
-    if (event_fd >= 0) close(event_fd);
-    if (pidfd >= 0) close(pidfd);
-    if (sock >= 0) close(sock);
+  ~Client() { Release(); }
+  void Release() {
+    for (int* fd : {&event_fd, &pidfd, &sock}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    ev_ring = queue::Ring();
+    ev_shm = queue::ShmRegion();
+    for (auto& d : devs) d->db_shm = queue::ShmRegion();
   }
 
   // Engine threads (and the client's thread): queue one event and poke the
@@ -220,6 +225,15 @@ bool Handler::Hello(const ctl::Header& h, Msg& m) {
     Log(LogLevel::kWarning, "droced: client pid %d speaks version %u (abi %08x); this daemon %u (abi %08x)",
         static_cast<int>(c_.pid), hello.version, hello.abi, ctl::kVersion, ctl::AbiHash());
     Reply(h, EPROTO);
+    return false;
+  }
+  // The event fd must be an eventfd: the daemon writes 8 bytes to it per
+  // event, which would grow any other file.
+  char link[64] = {};
+  const std::string self = absl::StrCat("/proc/self/fd/", m.fds[0]);
+  if (readlink(self.c_str(), link, sizeof(link) - 1) < 0 || std::strcmp(link, "anon_inode:[eventfd]") != 0) {
+    st_.bad_messages.fetch_add(1, std::memory_order_relaxed);
+    Reply(h, EINVAL);
     return false;
   }
   c_.event_fd = m.fds[0];
@@ -704,6 +718,14 @@ void Server::Run() {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
     if (poll(p, 2, 1000) < 0 && errno != EINTR) break;
     if (p[1].revents != 0) break;
+    {
+      // Reap the threads of clients that are gone.
+      std::lock_guard<std::mutex> l(mu_);
+      for (Live& x : live_) {
+        if (x.client->done.load(std::memory_order_acquire)) x.thread.join();
+      }
+      std::erase_if(live_, [](const Live& x) { return !x.thread.joinable(); });
+    }
     if ((p[0].revents & POLLIN) == 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
@@ -732,11 +754,6 @@ void Server::Run() {
     stats_.clients_accepted.fetch_add(1, std::memory_order_relaxed);
     stats_.clients_live.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> l(mu_);
-    // Reap the threads of clients that are gone.
-    for (Live& x : live_) {
-      if (x.client->done.load(std::memory_order_acquire)) x.thread.join();
-    }
-    std::erase_if(live_, [](const Live& x) { return !x.thread.joinable(); });
     live_.push_back({c, std::thread([this, c] { Serve(c); })});
   }
   // Shutting down: every client hears DEVICE_FATAL, then its connection
@@ -782,6 +799,8 @@ void Server::Serve(std::shared_ptr<Client> c) {
     }
     if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
     const ssize_t n = ctl::RecvMsg(c->sock, m->buf, sizeof(m->buf), m->fds, &m->nfds);
+    // An empty message may still carry fds: they are not kept either.
+    if (n == 0) m->CloseFds();
     if (n <= 0) {
       if (n < 0) {
         why = "bad message";
@@ -801,8 +820,9 @@ void Server::Serve(std::shared_ptr<Client> c) {
   h.Teardown();
   stats_.teardowns.fetch_add(1, std::memory_order_relaxed);
   stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
-  close(c->sock);
-  c->sock = -1;
+  // Nothing of the engine refers to the client any more: its fds and shared
+  // memory go now, not when its thread is reaped.
+  c->Release();
   c->done.store(true, std::memory_order_release);
 }
 

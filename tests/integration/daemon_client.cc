@@ -19,6 +19,7 @@
 //                                   exit 0 once done (the daemon must survive)
 #include <fcntl.h>
 #include <infiniband/verbs.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -326,13 +327,14 @@ int hostile(const char* path, unsigned seed) {
     droce::ctl::Hello he{droce::ctl::kVersion, 0, droce::ctl::AbiHash()};
     std::memcpy(buf, &h, sizeof(h));
     std::memcpy(buf + sizeof(h), &he, sizeof(he));
-    const int efd = memfd_create("not-an-eventfd", 0);
+    // Mostly a real eventfd (to reach the object calls), sometimes not.
+    const int efd = rng() % 4 != 0 ? eventfd(0, 0) : memfd_create("not-an-eventfd", 0);
     const bool ok = exchange(s, buf, h.len, &efd, 1);
     close(efd);
     return ok;
   };
   unsigned sent = 0;
-  for (int round = 0; round < 40; ++round) {
+  for (int round = 0; round < 200; ++round) {
     const int s = connect_to();
     uint32_t seq = 0;
     const bool greeted = (rng() % 4) != 0 && hello(s, &seq);

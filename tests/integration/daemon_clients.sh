@@ -29,9 +29,11 @@ dpid=$!
 for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || fail "droced did not listen"
 run() { timeout "$1" "$launcher" exec --daemon "$sock" -- "$client" "${@:2}"; }
-fds() { ls "/proc/$dpid/fd" | wc -l; }
-memfd_maps() { grep -c 'memfd:' "/proc/$dpid/maps"; }
+# The daemon itself (timeout's child).
 sleep 0.3
+dproc=$(pgrep -P "$dpid" droced) || fail "no droced process under timeout"
+fds() { ls "/proc/$dproc/fd" | wc -l; }
+memfd_maps() { grep -c 'memfd:' "/proc/$dproc/maps"; }
 base_fds=$(fds) base_maps=$(memfd_maps)
 
 # Memory tiers.
@@ -54,11 +56,12 @@ for seed in 1 2 3; do
 done
 killed=0
 for i in $(seq 1 100); do
-  run 60 victim >/dev/null 2>&1 &
+  # timeout leads a process group of its own: the kill reaches the client.
+  timeout 60 "$launcher" exec --daemon "$sock" -- "$client" victim >/dev/null 2>&1 &
   v=$!
   # 20 ms to 600 ms: some die opening the device, most mid-traffic.
   sleep "0.$(printf '%03d' $(( 20 + RANDOM % 580 )))"
-  kill -KILL -- "-$v" 2>/dev/null || kill -KILL "$v" 2>/dev/null
+  kill -KILL -- "-$v" 2>/dev/null || fail "could not kill victim $i"
   wait "$v" 2>/dev/null
   killed=$((killed + 1))
   kill -0 "$dpid" 2>/dev/null || fail "droced died during the kill storm (after $killed clients)"
@@ -76,8 +79,8 @@ for _ in $(seq 1 50); do
   [ "$(fds)" -le "$base_fds" ] && [ "$(memfd_maps)" -le "$base_maps" ] && break
   sleep 0.1
 done
-[ "$(fds)" -le "$base_fds" ] || { ls -l "/proc/$dpid/fd"; fail "droced holds $(fds) fds, $base_fds before the clients"; }
-[ "$(memfd_maps)" -le "$base_maps" ] || { grep memfd "/proc/$dpid/maps" | head; fail "droced maps $(memfd_maps) memfds, $base_maps before"; }
+[ "$(fds)" -le "$base_fds" ] || { ls -l "/proc/$dproc/fd"; fail "droced holds $(fds) fds, $base_fds before the clients"; }
+[ "$(memfd_maps)" -le "$base_maps" ] || { grep memfd "/proc/$dproc/maps" | head; fail "droced maps $(memfd_maps) memfds, $base_maps before"; }
 echo "after the clients: $(fds) fds ($base_fds before), $(memfd_maps) memfd mappings ($base_maps before)"
 
 kill -TERM "$dpid"
