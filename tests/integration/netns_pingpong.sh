@@ -67,15 +67,30 @@ if [ -n "$vlan$ip6" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/nul
   sleep 1
 fi
 
-run_bg "$dir/server.log" "$ns_a" "$launcher" exec --link "$(link_for "$kind" "$if_a")" \
-  --ip "$droce_ip_a/24" "${ip6_a[@]}" --log-level info -- "$program" -p "$port" "${prog_args[@]}"
+# DROCE_TEST_DROCED (a droced binary): a daemon in each namespace owns the
+# link; the programs attach to it.
+side_a=(--link "$(link_for "$kind" "$if_a")" --ip "$droce_ip_a/24" "${ip6_a[@]}")
+side_b=(--link "$(link_for "$kind" "$if_b")" --ip "$droce_ip_b/24" "${ip6_b[@]}")
+daemons=()
+if [ -n "${DROCE_TEST_DROCED:-}" ]; then
+  run_bg "$dir/droced_a.log" "$ns_a" "$DROCE_TEST_DROCED" --socket "$dir/a.sock" "${side_a[@]}" --log-level info
+  daemons+=("$last_pid")
+  run_bg "$dir/droced_b.log" "$ns_b" "$DROCE_TEST_DROCED" --socket "$dir/b.sock" "${side_b[@]}"
+  daemons+=("$last_pid")
+  for _ in $(seq 1 100); do [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break; sleep 0.05; done
+  cp "$dir/droced_a.log" "$dir/daemon_a_start.log"
+  side_a=(--daemon "$dir/a.sock")
+  side_b=(--daemon "$dir/b.sock")
+fi
+
+run_bg "$dir/server.log" "$ns_a" "$launcher" exec "${side_a[@]}" \
+  --log-level info -- "$program" -p "$port" "${prog_args[@]}"
 server_pid=$last_pid
 wait_listen "$ns_a" "$port" "$server_pid" 15
 
 # shellcheck disable=SC2317  # called by run_client
 start_client() {
-  run_bg "$1" "$ns_b" "$launcher" exec --link "$(link_for "$kind" "$if_b")" \
-    --ip "$droce_ip_b/24" "${ip6_b[@]}" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
+  run_bg "$1" "$ns_b" "$launcher" exec "${side_b[@]}" -- "$program" -p "$port" "${prog_args[@]}" "$ctl_prefix.1"
 }
 run_client "$server_pid" "$max_client_attempts" "$dir" start_client
 end_server "$server_pid"
@@ -108,6 +123,17 @@ describe() {
   esac
 }
 failed=$wire_failed
+for i in "${!daemons[@]}"; do
+  kill -TERM "${daemons[$i]}" 2>/dev/null
+  wait "${daemons[$i]}"
+  rc=$?
+  name=$([ "$i" -eq 0 ] && echo a || echo b)
+  if [ "$rc" -ne 0 ] || ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/droced_$name.log"; then
+    echo "FAIL: droced in namespace $name: exit $rc"; cat "$dir/droced_$name.log"; failed=1
+  fi
+done
+# The server's port line (active MTU) is in its daemon's log in daemon mode.
+[ ${#daemons[@]} -gt 0 ] && cat "$dir/daemon_a_start.log" >>"$dir/server.log"
 if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -Eq "active MTU ${DROCE_TEST_ACTIVE_MTU}[,)]" "$dir/server.log"; then
   echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
   failed=1
