@@ -41,14 +41,6 @@
 namespace droce::provider {
 namespace {
 
-absl::Status errno_status(int err, const char* what) {
-  if (err == ENOMEM) return absl::ResourceExhaustedError(what);
-  if (err == EBUSY) return absl::FailedPreconditionError(what);
-  if (err == EIO) return absl::UnavailableError(what);
-  if (err == EOPNOTSUPP) return absl::UnimplementedError(what);
-  return absl::InvalidArgumentError(absl::StrCat(what, ": ", std::strerror(err)));
-}
-
 class DaemonSession;
 
 class Connection {
@@ -100,7 +92,7 @@ class DaemonSession final : public engine::Session {
     ctl::AttachRep rep{};
     int fds[2] = {-1, -1};
     if (int e = c_->Call(ctl::kAttach, index_, nullptr, 0, nullptr, 0, &rep, sizeof(rep), fds, 2); e != 0) {
-      return errno_status(e, "attach");
+      return ctl::StatusOf(e, "attach");
     }
     workers_ = static_cast<int>(rep.workers);
     const size_t per = queue::DoorbellQueue::Bytes(rep.doorbell_cells);
@@ -137,7 +129,7 @@ class DaemonSession final : public engine::Session {
 
   absl::StatusOr<uint32_t> AllocPd() override {
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep, sizeof(rep)); e != 0) return errno_status(e, "alloc PD");
+    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "alloc PD");
     return rep.id;
   }
   absl::Status DeallocPd(uint32_t pd) override { return Simple(ctl::kDeallocPd, pd, "dealloc PD"); }
@@ -160,7 +152,7 @@ class DaemonSession final : public engine::Session {
                            &rep, sizeof(rep));
     if (e != 0) {
       ReleaseMemory(*reg);
-      return errno_status(e, "register MR");
+      return ctl::StatusOf(e, "register MR");
     }
     {
       std::lock_guard<std::mutex> l(obj_mu_);
@@ -188,7 +180,7 @@ class DaemonSession final : public engine::Session {
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override {
     const ctl::AllocMw a{pd, type};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "alloc MW");
+    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "alloc MW");
     return rep.id;
   }
   absl::Status DeallocMw(uint32_t rkey) override { return Simple(ctl::kDeallocMw, rkey, "dealloc MW"); }
@@ -199,7 +191,7 @@ class DaemonSession final : public engine::Session {
     ctl::CqRep rep{};
     int fd = -1;
     if (int e = Call(ctl::kCreateCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
-      return errno_status(e, "create CQ");
+      return ctl::StatusOf(e, "create CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
     if (!region.ok()) return region.status();
@@ -230,7 +222,7 @@ class DaemonSession final : public engine::Session {
     ctl::CqRep rep{};
     int fd = -1;
     if (int e = Call(ctl::kResizeCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
-      return errno_status(e, "resize CQ");
+      return ctl::StatusOf(e, "resize CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
     if (!region.ok()) return region.status();
@@ -241,7 +233,7 @@ class DaemonSession final : public engine::Session {
   }
   absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) override {
     const ctl::ModifyCq a{id, count, period_us};
-    if (int e = Call(ctl::kModifyCq, &a, sizeof(a), nullptr, 0); e != 0) return errno_status(e, "modify CQ");
+    if (int e = Call(ctl::kModifyCq, &a, sizeof(a), nullptr, 0); e != 0) return ctl::StatusOf(e, "modify CQ");
     return absl::OkStatus();
   }
 
@@ -263,7 +255,7 @@ class DaemonSession final : public engine::Session {
     ctl::QpRep rep{};
     int fd = -1;
     if (int e = Call(ctl::kCreateQp, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
-      return errno_status(e, "create QP");
+      return ctl::StatusOf(e, "create QP");
     }
     if (rep.worker >= queues_.size() || rep.rq_offset >= rep.size || rep.shared_offset + sizeof(engine::QpShared) > rep.size) {
       close(fd);
@@ -299,7 +291,7 @@ class DaemonSession final : public engine::Session {
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override {
     const ctl::Id a{qpn, 0};
     ctl::WireQpAttr w{};
-    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w, sizeof(w)); e != 0) return errno_status(e, "query QP");
+    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w, sizeof(w)); e != 0) return ctl::StatusOf(e, "query QP");
     transport::QpAttr attr;
     if (absl::Status s = ctl::FromWire(w, &attr); !s.ok()) return s;
     return attr;
@@ -322,7 +314,7 @@ class DaemonSession final : public engine::Session {
     ctl::SrqRep rep{};
     int fd = -1;
     if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
-      return errno_status(e, "create SRQ");
+      return ctl::StatusOf(e, "create SRQ");
     }
     auto shm = queue::ShmRegion::Adopt(fd, rep.size);
     if (!shm.ok()) return shm.status();
@@ -347,7 +339,7 @@ class DaemonSession final : public engine::Session {
   absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override {
     const ctl::Id a{id, 0};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "query SRQ");
+    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "query SRQ");
     return rep.id;
   }
   absl::Status DestroySrq(uint32_t id) override {
@@ -365,7 +357,7 @@ class DaemonSession final : public engine::Session {
     a.pd = pd;
     a.av = ctl::ToWire(av);
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return errno_status(e, "create AH");
+    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "create AH");
     return rep.id;
   }
   absl::Status DestroyAh(uint32_t id) override { return Simple(ctl::kDestroyAh, id, "destroy AH"); }
@@ -380,7 +372,7 @@ class DaemonSession final : public engine::Session {
     const ctl::Id a{qpn, 0};
     QpCounters c;
     if (int e = Call(ctl::kReadQpCounters, &a, sizeof(a), &c, sizeof(c)); e != 0) {
-      return errno_status(e, "read QP counters");
+      return ctl::StatusOf(e, "read QP counters");
     }
     return c;
   }
@@ -476,7 +468,7 @@ class DaemonSession final : public engine::Session {
   }
   absl::Status Simple(uint16_t op, uint32_t id, const char* what) {
     const ctl::Id a{id, 0};
-    if (int e = Call(op, &a, sizeof(a), nullptr, 0); e != 0) return errno_status(e, what);
+    if (int e = Call(op, &a, sizeof(a), nullptr, 0); e != 0) return ctl::StatusOf(e, what);
     return absl::OkStatus();
   }
   int Mcast(uint16_t op, uint32_t qpn, const wire::Ipv6Addr& gid) {

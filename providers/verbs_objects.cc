@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "ctl/protocol.h"
 #include "provider.h"
 
 namespace droce::provider {
@@ -17,17 +18,7 @@ bool context_is_ours(ibv_context* c);
 
 namespace {
 
-int status_errno(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kOk: return 0;
-    case absl::StatusCode::kInvalidArgument: return EINVAL;
-    case absl::StatusCode::kNotFound: return EINVAL;
-    case absl::StatusCode::kFailedPrecondition: return EBUSY;
-    case absl::StatusCode::kResourceExhausted: return ENOMEM;
-    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
-    default: return EIO;
-  }
-}
+int status_errno(const absl::Status& s) { return ctl::ErrnoOf(s); }
 
 engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
 

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "queue/abi.h"
 #include "queue/doorbell.h"
 
@@ -208,6 +209,29 @@ absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a) {
   a->sq_psn = w.sq_psn;
   a->dest_qpn = w.dest_qpn;
   return absl::OkStatus();
+}
+
+int ErrnoOf(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk: return 0;
+    case absl::StatusCode::kInvalidArgument: return EINVAL;
+    case absl::StatusCode::kNotFound: return EINVAL;
+    case absl::StatusCode::kFailedPrecondition: return EBUSY;
+    case absl::StatusCode::kResourceExhausted: return ENOMEM;
+    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
+    default: return EIO;
+  }
+}
+
+absl::Status StatusOf(int err, const char* what) {
+  switch (err) {
+    case 0: return absl::OkStatus();
+    case ENOMEM: return absl::ResourceExhaustedError(what);
+    case EBUSY: return absl::FailedPreconditionError(what);
+    case EOPNOTSUPP: return absl::UnimplementedError(what);
+    case EIO: return absl::UnavailableError(what);
+    default: return absl::InvalidArgumentError(absl::StrCat(what, ": ", std::strerror(err)));
+  }
 }
 
 ssize_t SendMsg(int sock, const void* buf, size_t len, const int* fds, int nfds) {

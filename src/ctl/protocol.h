@@ -252,6 +252,12 @@ absl::Status FromWire(const WireAv& w, transport::AddressVector* av);
 WireQpAttr ToWire(const transport::QpAttr& a);
 absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a);
 
+// Errors across the boundary: the daemon sends an errno (the verbs
+// boundary's), the client turns it back into the Status the provider's
+// code expects; the two are inverse for every errno the engine produces.
+int ErrnoOf(const absl::Status& s);
+absl::Status StatusOf(int err, const char* what);
+
 // Socket I/O. Send: one message with up to kMaxFds fds. Recv: one message
 // into buf (cap bytes); fds received (CLOEXEC) go to fds/nfds; a message
 // longer than cap, or carrying more than kMaxFds fds, is an error (its fds

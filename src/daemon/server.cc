@@ -30,19 +30,6 @@ namespace {
 
 constexpr uint64_t kPage = 4096;
 
-int status_errno(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kOk: return 0;
-    case absl::StatusCode::kNotFound: return EINVAL;
-    case absl::StatusCode::kInvalidArgument: return EINVAL;
-    case absl::StatusCode::kResourceExhausted: return ENOMEM;
-    case absl::StatusCode::kFailedPrecondition: return EBUSY;
-    case absl::StatusCode::kUnavailable: return EIO;
-    case absl::StatusCode::kUnimplemented: return EOPNOTSUPP;
-    default: return EIO;
-  }
-}
-
 // The client's RLIMIT_MEMLOCK, or 0 for none (CAP_IPC_LOCK or unlimited).
 uint64_t memlock_limit(pid_t pid) {
   std::ifstream st(absl::StrCat("/proc/", pid, "/status"));
@@ -327,7 +314,7 @@ bool Handler::RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m) {
   auto mr = d.dev->RegMr(r.pd, host, r.len, r.iova, r.access);
   if (!mr.ok()) {
     munmap(base, map.len);
-    return Reply(h, status_errno(mr.status()));
+    return Reply(h, ctl::ErrnoOf(mr.status()));
   }
   map.bytes = bytes;
   d.mrs.emplace(mr->key, map);
@@ -380,7 +367,7 @@ bool Handler::Handle(Msg& m) {
   switch (h.op) {
     case ctl::kAllocPd: {
       auto pd = dev.AllocPd();
-      if (!pd.ok()) return Reply(h, status_errno(pd.status()));
+      if (!pd.ok()) return Reply(h, ctl::ErrnoOf(pd.status()));
       d.pds.insert(*pd);
       live(1);
       const ctl::IdRep rep{*pd, 0};
@@ -389,7 +376,7 @@ bool Handler::Handle(Msg& m) {
     case ctl::kDeallocPd: {
       const uint32_t pd = Payload<ctl::Id>(m).id;
       if (!d.pds.contains(pd)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DeallocPd(pd));
+      const int rc = ctl::ErrnoOf(dev.DeallocPd(pd));
       if (rc == 0) {
         d.pds.erase(pd);
         live(-1);
@@ -401,7 +388,7 @@ bool Handler::Handle(Msg& m) {
     case ctl::kDeregMr: {
       const uint32_t key = Payload<ctl::Id>(m).id;
       if (!d.mrs.contains(key)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DeregMr(key));
+      const int rc = ctl::ErrnoOf(dev.DeregMr(key));
       if (rc == 0) DropMr(d, key);
       return Reply(h, rc);
     }
@@ -409,7 +396,7 @@ bool Handler::Handle(Msg& m) {
       const auto a = Payload<ctl::AllocMw>(m);
       if (!d.pds.contains(a.pd)) return Reply(h, Foreign());
       auto rkey = dev.AllocMw(a.pd, static_cast<uint8_t>(a.type));
-      if (!rkey.ok()) return Reply(h, status_errno(rkey.status()));
+      if (!rkey.ok()) return Reply(h, ctl::ErrnoOf(rkey.status()));
       d.mws.insert(*rkey >> 8);
       live(1);
       const ctl::IdRep rep{*rkey, 0};
@@ -418,7 +405,7 @@ bool Handler::Handle(Msg& m) {
     case ctl::kDeallocMw: {
       const uint32_t rkey = Payload<ctl::Id>(m).id;
       if (!d.mws.contains(rkey >> 8)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DeallocMw(rkey));
+      const int rc = ctl::ErrnoOf(dev.DeallocMw(rkey));
       if (rc == 0) {
         d.mws.erase(rkey >> 8);
         live(-1);
@@ -429,7 +416,7 @@ bool Handler::Handle(Msg& m) {
       const auto a = Payload<ctl::CreateCq>(m);
       if (c_.ncqs >= lim_.max_cqs || c_.ncqes + a.min_cqe > lim_.max_cqes) return Reply(h, ENOMEM);
       auto cq = dev.CreateCq(a.min_cqe, &d, a.cookie);
-      if (!cq.ok()) return Reply(h, status_errno(cq.status()));
+      if (!cq.ok()) return Reply(h, ctl::ErrnoOf(cq.status()));
       const uint32_t entries = cq->region->capacity();
       d.cqs[cq->id] = entries;
       ++c_.ncqs;
@@ -443,7 +430,7 @@ bool Handler::Handle(Msg& m) {
       const uint32_t id = Payload<ctl::Id>(m).id;
       auto it = d.cqs.find(id);
       if (it == d.cqs.end()) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DestroyCq(id));
+      const int rc = ctl::ErrnoOf(dev.DestroyCq(id));
       if (rc == 0) {
         c_.ncqes -= it->second;
         --c_.ncqs;
@@ -458,7 +445,7 @@ bool Handler::Handle(Msg& m) {
       if (it == d.cqs.end()) return Reply(h, Foreign());
       if (c_.ncqes - it->second + a.min_cqe > lim_.max_cqes) return Reply(h, ENOMEM);
       auto region = dev.ResizeCq(a.id, a.min_cqe);
-      if (!region.ok()) return Reply(h, status_errno(region.status()));
+      if (!region.ok()) return Reply(h, ctl::ErrnoOf(region.status()));
       c_.ncqes = c_.ncqes - it->second + (*region)->capacity();
       it->second = (*region)->capacity();
       const ctl::CqRep rep{a.id, (*region)->capacity(), (*region)->bytes()};
@@ -468,7 +455,7 @@ bool Handler::Handle(Msg& m) {
     case ctl::kModifyCq: {
       const auto a = Payload<ctl::ModifyCq>(m);
       if (!d.cqs.contains(a.id)) return Reply(h, Foreign());
-      return Reply(h, status_errno(dev.ModifyCq(a.id, a.count, a.period_us)));
+      return Reply(h, ctl::ErrnoOf(dev.ModifyCq(a.id, a.count, a.period_us)));
     }
     case ctl::kCreateQp: {
       const auto a = Payload<ctl::CreateQp>(m);
@@ -493,7 +480,7 @@ bool Handler::Handle(Msg& m) {
       args.sq_sig_all = a.sq_sig_all != 0;
       args.owner = c_.tag;
       auto qp = dev.CreateQp(args);
-      if (!qp.ok()) return Reply(h, status_errno(qp.status()));
+      if (!qp.ok()) return Reply(h, ctl::ErrnoOf(qp.status()));
       d.qps.insert(qp->qpn);
       ++c_.nqps;
       live(1);
@@ -522,14 +509,14 @@ bool Handler::Handle(Msg& m) {
       const uint32_t qpn = Payload<ctl::Id>(m).id;
       if (!d.qps.contains(qpn)) return Reply(h, Foreign());
       auto attr = dev.QueryQp(qpn);
-      if (!attr.ok()) return Reply(h, status_errno(attr.status()));
+      if (!attr.ok()) return Reply(h, ctl::ErrnoOf(attr.status()));
       const ctl::WireQpAttr w = ctl::ToWire(*attr);
       return Reply(h, 0, &w, sizeof(w));
     }
     case ctl::kDestroyQp: {
       const uint32_t qpn = Payload<ctl::Id>(m).id;
       if (!d.qps.contains(qpn)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DestroyQp(qpn));
+      const int rc = ctl::ErrnoOf(dev.DestroyQp(qpn));
       if (rc == 0) {
         d.qps.erase(qpn);
         --c_.nqps;
@@ -541,7 +528,7 @@ bool Handler::Handle(Msg& m) {
       const auto a = Payload<ctl::CreateSrq>(m);
       if (!d.pds.contains(a.pd)) return Reply(h, Foreign());
       auto srq = dev.CreateSrq(a.pd, a.max_wr, a.max_sge, a.limit, &d, a.cookie);
-      if (!srq.ok()) return Reply(h, status_errno(srq.status()));
+      if (!srq.ok()) return Reply(h, ctl::ErrnoOf(srq.status()));
       d.srqs.insert(srq->id);
       live(1);
       const ctl::SrqRep rep{srq->id, srq->max_wr, srq->max_sge, 0, srq->map.size};
@@ -557,14 +544,14 @@ bool Handler::Handle(Msg& m) {
       const uint32_t id = Payload<ctl::Id>(m).id;
       if (!d.srqs.contains(id)) return Reply(h, Foreign());
       auto limit = dev.QuerySrqLimit(id);
-      if (!limit.ok()) return Reply(h, status_errno(limit.status()));
+      if (!limit.ok()) return Reply(h, ctl::ErrnoOf(limit.status()));
       const ctl::IdRep rep{*limit, 0};
       return Reply(h, 0, &rep, sizeof(rep));
     }
     case ctl::kDestroySrq: {
       const uint32_t id = Payload<ctl::Id>(m).id;
       if (!d.srqs.contains(id)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DestroySrq(id));
+      const int rc = ctl::ErrnoOf(dev.DestroySrq(id));
       if (rc == 0) {
         d.srqs.erase(id);
         live(-1);
@@ -577,7 +564,7 @@ bool Handler::Handle(Msg& m) {
       transport::AddressVector av;
       (void)ctl::FromWire(a.av, &av);  // checked by ValidateRequest
       auto id = dev.CreateAh(a.pd, av);
-      if (!id.ok()) return Reply(h, status_errno(id.status()));
+      if (!id.ok()) return Reply(h, ctl::ErrnoOf(id.status()));
       d.ahs.insert(*id);
       live(1);
       const ctl::IdRep rep{*id, 0};
@@ -586,7 +573,7 @@ bool Handler::Handle(Msg& m) {
     case ctl::kDestroyAh: {
       const uint32_t id = Payload<ctl::Id>(m).id;
       if (!d.ahs.contains(id)) return Reply(h, Foreign());
-      const int rc = status_errno(dev.DestroyAh(id));
+      const int rc = ctl::ErrnoOf(dev.DestroyAh(id));
       if (rc == 0) {
         d.ahs.erase(id);
         live(-1);
@@ -615,7 +602,7 @@ bool Handler::Handle(Msg& m) {
       const uint32_t qpn = Payload<ctl::Id>(m).id;
       if (!d.qps.contains(qpn)) return Reply(h, Foreign());
       auto cn = dev.ReadQpCounters(qpn);
-      if (!cn.ok()) return Reply(h, status_errno(cn.status()));
+      if (!cn.ok()) return Reply(h, ctl::ErrnoOf(cn.status()));
       return Reply(h, 0, &*cn, sizeof(*cn));
     }
     default:

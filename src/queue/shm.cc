@@ -13,6 +13,20 @@
 
 namespace droce::queue {
 
+absl::StatusOr<ShmRegion> ShmRegion::MapShared(int fd, size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return absl::ErrnoToStatus(e, "mmap");
+  }
+  ShmRegion r;
+  r.base_ = p;
+  r.size_ = size;
+  r.fd_ = fd;
+  return r;
+}
+
 absl::StatusOr<ShmRegion> ShmRegion::Create(std::string_view name, size_t size) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size = (size + page - 1) / page * page;
@@ -27,17 +41,7 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(std::string_view name, size_t size) 
     close(fd);
     return absl::ErrnoToStatus(e, "ftruncate");
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    return absl::ErrnoToStatus(e, "mmap");
-  }
-  ShmRegion r;
-  r.base_ = p;
-  r.size_ = size;
-  r.fd_ = fd;
-  return r;
+  return MapShared(fd, size);
 }
 
 absl::StatusOr<ShmRegion> ShmRegion::Adopt(int fd, size_t size) {
@@ -46,17 +50,7 @@ absl::StatusOr<ShmRegion> ShmRegion::Adopt(int fd, size_t size) {
     if (fd >= 0) close(fd);
     return absl::InvalidArgumentError("shared memory smaller than announced");
   }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    int e = errno;
-    close(fd);
-    return absl::ErrnoToStatus(e, "mmap");
-  }
-  ShmRegion r;
-  r.base_ = p;
-  r.size_ = size;
-  r.fd_ = fd;
-  return r;
+  return MapShared(fd, size);
 }
 
 ShmRegion& ShmRegion::operator=(ShmRegion&& o) noexcept {

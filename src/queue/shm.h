@@ -29,6 +29,8 @@ class ShmRegion {
   int fd() const { return fd_; }
 
  private:
+  // Maps fd (taken: closed on failure) read-write and shared.
+  static absl::StatusOr<ShmRegion> MapShared(int fd, size_t size);
   void* base_ = nullptr;
   size_t size_ = 0;
   int fd_ = -1;
