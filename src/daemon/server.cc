@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -278,7 +279,26 @@ bool Handler::RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m) {
   uint64_t cap = lim_.max_mr_bytes;
   if (c_.memlock != 0 && (cap == 0 || c_.memlock < cap)) cap = c_.memlock;
   if (cap != 0 && c_.mr_bytes + bytes > cap) return Reply(h, ENOMEM);
-  if (r.tier == ctl::kTierCopy) return Reply(h, EOPNOTSUPP);
+  if (r.tier == ctl::kTierCopy) {
+    // Tier C: nothing to map; the engine copies with process_vm_readv/writev
+    // (the client's memory must be readable by the daemon: same user, or
+    // the daemon privileged). Checked once here so that a registration the
+    // engine could never reach fails now.
+    uint8_t probe;
+    iovec local{&probe, 1}, remote{reinterpret_cast<void*>(r.addr), 1};
+    if (r.len != 0 && process_vm_readv(c_.pid, &local, 1, &remote, 1, 0) != 1) {
+      return Reply(h, errno == EPERM ? EPERM : EFAULT);
+    }
+    auto mr = d.dev->RegMrOfProcess(c_.pid, r.pd, r.addr, r.len, r.iova, r.access);
+    if (!mr.ok()) return Reply(h, ctl::ErrnoOf(mr.status()));
+    d.mrs.emplace(mr->key, MrMap{nullptr, 0, bytes});
+    ++c_.nmrs;
+    c_.mr_bytes += bytes;
+    st_.objects_live.fetch_add(1, std::memory_order_relaxed);
+    st_.mr_copied.fetch_add(1, std::memory_order_relaxed);
+    const ctl::IdRep rep{mr->key, 0};
+    return Reply(h, 0, &rep, sizeof(rep));
+  }
   // Every piece must be a sealed file (the client cannot shrink it under
   // us: a SIGBUS here would kill every client) long enough for its range.
   for (uint32_t i = 0; i < r.npieces; ++i) {
@@ -330,12 +350,14 @@ bool Handler::RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m) {
 void Handler::DropMr(Server::Client::Dev& d, uint32_t key) {
   auto it = d.mrs.find(key);
   // The engine can no longer touch the memory (DeregMr returned): unmap.
-  munmap(it->second.base, it->second.len);
+  if (it->second.base != nullptr) {
+    munmap(it->second.base, it->second.len);
+    st_.mr_maps_live.fetch_sub(1, std::memory_order_relaxed);
+  }
   c_.mr_bytes -= it->second.bytes;
   --c_.nmrs;
   d.mrs.erase(it);
   st_.objects_live.fetch_sub(1, std::memory_order_relaxed);
-  st_.mr_maps_live.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool Handler::Handle(Msg& m) {

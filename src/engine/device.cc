@@ -339,6 +339,13 @@ absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, 
   return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access); });
 }
 
+absl::StatusOr<mem::Mr> Device::RegMrOfProcess(int32_t pid, uint32_t pd, uint64_t addr, uint64_t len,
+                                               uint64_t iova, uint32_t access) {
+  if (dead()) return DeadError();
+  if (pid <= 0) return absl::InvalidArgumentError("no such process");
+  return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access, pid); });
+}
+
 absl::Status Device::DeregMr(uint32_t key) {
   absl::Status s;
   RunOnWorker([&] {

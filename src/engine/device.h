@@ -211,6 +211,10 @@ class Device final : public Session {
   // A client's doorbell queues join (and leave) the workers' loops.
   void AddDoorbellSource(DoorbellSource* src);
   void RemoveDoorbellSource(DoorbellSource* src);
+  // droced's copy tier: an MR over [addr, addr+len) of process `pid`, which
+  // the engine reaches with process_vm_readv/writev.
+  absl::StatusOr<mem::Mr> RegMrOfProcess(int32_t pid, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
+                                         uint32_t access);
   // Runs fn with every worker stopped (the daemon's teardown of a client).
   void RunStopped(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
   // Kills the device as an engine failure does (droced's shutdown): every

@@ -1,8 +1,24 @@
 #include "mem/mr_table.h"
 
+#include <sys/random.h>
+#include <sys/uio.h>
+
+#include <cstring>
+
 #include <mutex>
 
 namespace droce::mem {
+
+uint8_t MrTable::RandomVariant() {
+  if (rng_ == 0) {
+    if (getrandom(&rng_, sizeof(rng_), 0) != sizeof(rng_) || rng_ == 0) rng_ = 0x9E3779B97F4A7C15ull;
+  }
+  // xorshift64
+  rng_ ^= rng_ << 13;
+  rng_ ^= rng_ >> 7;
+  rng_ ^= rng_ << 17;
+  return static_cast<uint8_t>(rng_ >> 32);
+}
 
 absl::StatusOr<uint32_t> MrTable::NewKey() {
   uint32_t index;
@@ -14,9 +30,9 @@ absl::StatusOr<uint32_t> MrTable::NewKey() {
     if (slots_.size() >= (1u << 24)) return absl::ResourceExhaustedError("MR and MW keys exhausted");
     index = static_cast<uint32_t>(slots_.size());
     slots_.emplace_back();
-    // New slots start from varied variants, so keys are not just a count.
-    variant_ = static_cast<uint8_t>(variant_ * 37 + 11);
-    slots_[index].variant = variant_;
+    // New slots start from random variants (droced's clients must not guess
+    // each other's keys from their own); each reuse then steps it.
+    slots_[index].variant = RandomVariant();
   }
   return (index << 8) | slots_[index].variant;
 }
@@ -30,7 +46,7 @@ void MrTable::Free(uint32_t index) {
 }
 
 absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
-                                     uint32_t access) {
+                                     uint32_t access, int32_t pid) {
   // IBA 10.6.3.1: remote write or atomic rights need local write.
   if ((access & (kRemoteWrite | kRemoteAtomic)) && !(access & kLocalWrite)) {
     return absl::InvalidArgumentError("remote write/atomic access requires local write");
@@ -40,7 +56,7 @@ absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, 
   if (!key.ok()) return key.status();
   Slot& s = slots_[*key >> 8];
   s.kind = Slot::kMr;
-  s.mr = Mr{pd, *key, access, iova, host, length};
+  s.mr = Mr{pd, *key, access, iova, host, length, pid};
   ++live_mrs_;
   return s.mr;
 }
@@ -125,7 +141,7 @@ bool MrTable::HasBoundWindows(uint32_t mr_key) const {
 }
 
 AccessError MrTable::Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t len, uint32_t need,
-                           uint8_t** host) const {
+                           Place* place) const {
   const Slot* s = SlotOf(key);
   if (s == nullptr) return AccessError::kBadKey;
   const Mr* mr = s->kind == Slot::kMr && s->mr.key == key ? &s->mr : nullptr;
@@ -142,7 +158,7 @@ AccessError MrTable::Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t le
     }
     mr = Find(mw.mr_key);
     if (mr == nullptr) return AccessError::kBadKey;
-    *host = reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova));
+    *place = {reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova)), mr->pid};
     return AccessError::kOk;
   }
   if (mr->pd != pd) return AccessError::kWrongPd;
@@ -150,8 +166,38 @@ AccessError MrTable::Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t le
   if (iova < mr->iova || len > mr->length || iova - mr->iova > mr->length - len) {
     return AccessError::kOutOfBounds;
   }
-  *host = reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova));
+  *place = {reinterpret_cast<uint8_t*>(mr->host + (iova - mr->iova)), mr->pid};
   return AccessError::kOk;
+}
+
+bool WriteToProcess(const Place& p, const void* src, size_t n) {
+  iovec local{const_cast<void*>(src), n}, remote{p.host, n};
+  return process_vm_writev(p.pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+bool ReadFromProcess(void* dst, const Place& p, size_t n) {
+  iovec local{dst, n}, remote{p.host, n};
+  return process_vm_readv(p.pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(n);
+}
+
+bool Atomic(const Place& p, bool cmp_swap, uint64_t compare, uint64_t swap_add, uint64_t* orig) {
+  if (p.pid == 0) {
+    // Atomic with respect to this host's CPUs too (IBV_ATOMIC_HCA).
+    auto* word = reinterpret_cast<uint64_t*>(p.host);
+    if (cmp_swap) {
+      uint64_t expected = compare;
+      __atomic_compare_exchange_n(word, &expected, swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      *orig = expected;
+    } else {
+      *orig = __atomic_fetch_add(word, swap_add, __ATOMIC_SEQ_CST);
+    }
+    return true;
+  }
+  uint64_t v = 0;
+  if (!ReadFrom(&v, p, 8)) return false;
+  *orig = v;
+  const uint64_t next = cmp_swap ? (v == compare ? swap_add : v) : v + swap_add;
+  return next == v || WriteTo(p, &next, 8);
 }
 
 }  // namespace droce::mem

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -28,9 +29,36 @@ struct Mr {
   uint32_t key = 0;      // lkey == rkey: (index << 8) | variant
   uint32_t access = 0;
   uint64_t iova = 0;     // address the keys' users name
-  uint64_t host = 0;     // where those bytes live in this process
+  uint64_t host = 0;     // where those bytes live: in this process, or in process `pid`
   uint64_t length = 0;
+  int32_t pid = 0;       // 0: this process; else droced's copy tier (process_vm_readv/writev)
 };
+
+// Where a checked range of an MR lives: a pointer in this process, or an
+// address in another process (droced's tier C), reached only by copying.
+struct Place {
+  uint8_t* host = nullptr;
+  int32_t pid = 0;
+};
+// Copies into / out of a Place; false if another process's memory could
+// not be reached (it unmapped it, or exited): the caller treats it as a
+// protection error.
+bool WriteToProcess(const Place& p, const void* src, size_t n);
+bool ReadFromProcess(void* dst, const Place& p, size_t n);
+inline bool WriteTo(const Place& p, const void* src, size_t n) {
+  if (p.pid != 0) return WriteToProcess(p, src, n);
+  std::memcpy(p.host, src, n);
+  return true;
+}
+inline bool ReadFrom(void* dst, const Place& p, size_t n) {
+  if (p.pid != 0) return ReadFromProcess(dst, p, n);
+  std::memcpy(dst, p.host, n);
+  return true;
+}
+// An 8-byte atomic at p (IBV_ATOMIC_HCA): compare-and-swap or fetch-and-add,
+// returning the original value. Between processes it is a read and a write
+// (atomic only with respect to the engine's other atomics).
+bool Atomic(const Place& p, bool cmp_swap, uint64_t compare, uint64_t swap_add, uint64_t* orig);
 
 enum class AccessError : uint8_t { kOk = 0, kBadKey, kWrongPd, kNoRights, kOutOfBounds };
 
@@ -68,7 +96,7 @@ class MrTable {
  public:
   void set_concurrent(bool on) { mw_lock_.set_enabled(on); }
   absl::StatusOr<Mr> Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
-                              uint32_t access);
+                              uint32_t access, int32_t pid = 0);
   bool Deregister(uint32_t key);
   const Mr* Find(uint32_t key) const {
     const Slot* s = SlotOf(key);
@@ -96,7 +124,12 @@ class MrTable {
   // Checks that [iova, iova+len) lies inside the MR named by `key`, on `pd`,
   // with every right in `need`, and returns the host address of iova.
   AccessError Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t len, uint32_t need,
-                    uint8_t** host) const;
+                    Place* place) const;
+  // The same for callers that only check.
+  AccessError Check(uint32_t key, uint32_t pd, uint64_t iova, uint64_t len, uint32_t need) const {
+    Place p;
+    return Check(key, pd, iova, len, need, &p);
+  }
 
  private:
   static constexpr size_t kQuarantine = 1024;
@@ -120,7 +153,8 @@ class MrTable {
   std::deque<uint32_t> free_;  // freed indexes, oldest first
   size_t live_mrs_ = 0;
   mutable SpinLock mw_lock_;
-  uint8_t variant_ = 0;
+  uint8_t RandomVariant();
+  uint64_t rng_ = 0;  // xorshift state, seeded from getrandom
 };
 
 }  // namespace droce::mem

@@ -113,7 +113,7 @@ bool Qp::ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32
   const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
   const queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
   return WalkSges(env_->Mrs(), pd_, sges, ctx.wqe.num_sge, offset, len, mem::kLocalWrite,
-                  [&](uint8_t* host, uint32_t done, uint32_t n) { std::memcpy(host, src + done, n); }) ==
+                  [&](const mem::Place& p, uint32_t done, uint32_t n) { return mem::WriteTo(p, src + done, n); }) ==
          SgeResult::kOk;
 }
 

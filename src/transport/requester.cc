@@ -155,9 +155,10 @@ uint32_t Qp::Gather(const SendCtx& ctx, uint32_t slot, uint32_t offset, uint32_t
   const queue::Sge* sges = &send_sge_[size_t{slot} * caps_.max_send_sge];
   uint32_t copied = 0;
   const SgeResult r = WalkSges(env_->Mrs(), pd_, sges, ctx.wqe.num_sge, offset, len, 0,
-                               [&](const uint8_t* host, uint32_t done, uint32_t n) {
-                                 std::memcpy(dst + done, host, n);
+                               [&](const mem::Place& p, uint32_t done, uint32_t n) {
+                                 if (!mem::ReadFrom(dst + done, p, n)) return false;
                                  copied = done + n;
+                                 return true;
                                });
   if (r == SgeResult::kAccess) *prot_err = true;
   return copied;

@@ -98,7 +98,7 @@ bool Qp::TakeRecvWqe(bool* bad) {
 bool Qp::Scatter(const uint8_t* src, uint32_t len, uint8_t* status) {
   const SgeResult r = WalkSges(env_->Mrs(), pd_, recv_sge_.data(), recv_.wqe.num_sge, recv_.offset, len,
                                mem::kLocalWrite,
-                               [&](uint8_t* host, uint32_t done, uint32_t n) { std::memcpy(host, src + done, n); });
+                               [&](const mem::Place& p, uint32_t done, uint32_t n) { return mem::WriteTo(p, src + done, n); });
   if (r == SgeResult::kAccess) {
     *status = queue::wc::kLocProtErr;
     return false;
@@ -112,9 +112,8 @@ bool Qp::Scatter(const uint8_t* src, uint32_t len, uint8_t* status) {
 }
 
 bool Qp::StartWrite(const wire::Reth& reth) {
-  uint8_t* host = nullptr;
-  if (reth.dma_len != 0 && env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteWrite,
-                                             &host) != mem::AccessError::kOk) {
+  if (reth.dma_len != 0 &&
+      env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteWrite) != mem::AccessError::kOk) {
     return false;
   }
   write_rkey_ = reth.rkey;
@@ -125,11 +124,11 @@ bool Qp::StartWrite(const wire::Reth& reth) {
 
 bool Qp::PlaceWrite(const uint8_t* src, uint32_t len) {
   if (len == 0) return true;
-  uint8_t* host = nullptr;
-  if (env_->Mrs().Check(write_rkey_, pd_, write_va_, len, mem::kRemoteWrite, &host) != mem::AccessError::kOk) {
+  mem::Place place;
+  if (env_->Mrs().Check(write_rkey_, pd_, write_va_, len, mem::kRemoteWrite, &place) != mem::AccessError::kOk ||
+      !mem::WriteTo(place, src, len)) {
     return false;
   }
-  std::memcpy(host, src, len);
   write_va_ += len;
   write_remaining_ -= len;
   return true;

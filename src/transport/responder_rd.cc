@@ -3,6 +3,7 @@
 // from PollSend, so a 2 GiB READ does not flood the link in one go; ACKs
 // queued behind them keep PSN order.
 #include <cstring>
+#include <vector>
 
 #include "transport/qp.h"
 #include "wire/psn.h"
@@ -13,10 +14,8 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
   const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
   const uint32_t mtu = mtu_bytes(attr_.path_mtu);
   const uint32_t npkts = reth.dma_len == 0 ? 1 : (reth.dma_len + mtu - 1) / mtu;
-  uint8_t* host = nullptr;
   if (reth.dma_len != 0 &&
-      env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteRead, &host) !=
-          mem::AccessError::kOk) {
+      env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteRead) != mem::AccessError::kOk) {
     if (!duplicate) ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
     return;
   }
@@ -61,8 +60,8 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
       ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
       return;
     }
-    uint8_t* host = nullptr;
-    if (env_->Mrs().Check(a.rkey, pd_, a.va, 8, mem::kRemoteAtomic, &host) != mem::AccessError::kOk) {
+    mem::Place place;
+    if (env_->Mrs().Check(a.rkey, pd_, a.va, 8, mem::kRemoteAtomic, &place) != mem::AccessError::kOk) {
       ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
       return;
     }
@@ -70,14 +69,9 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
       Count(QpCounter::tx_dropped);
       return;
     }
-    // Atomic with respect to this host's CPUs too (IBV_ATOMIC_HCA).
-    auto* word = reinterpret_cast<uint64_t*>(host);
-    if (pkt.bth.opcode == wire::kRcCompareSwap) {
-      uint64_t expected = a.compare;
-      __atomic_compare_exchange_n(word, &expected, a.swap_add, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-      orig = expected;
-    } else {
-      orig = __atomic_fetch_add(word, a.swap_add, __ATOMIC_SEQ_CST);
+    if (!mem::Atomic(place, pkt.bth.opcode == wire::kRcCompareSwap, a.compare, a.swap_add, &orig)) {
+      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+      return;
     }
     AtomicRecord& rec = atomic_history_[atomic_next_++ % atomic_history_.size()];
     rec = {psn, orig, true};
@@ -131,9 +125,23 @@ bool Qp::BuildReadResponse(Response& r) {
   else if (last) opcode = wire::kRcReadResponseLast;
   else opcode = wire::kRcReadResponseMiddle;
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
-  uint8_t* host = nullptr;
+  mem::Place place;
   // Checked per packet: the MR may be deregistered while the READ runs.
-  if (len != 0 && env_->Mrs().Check(r.rkey, pd_, r.va, len, mem::kRemoteRead, &host) != mem::AccessError::kOk) {
+  // Memory of another process (droced's copy tier) is read before a frame
+  // is taken, so that a failed read becomes the same NAK.
+  thread_local std::vector<uint8_t> remote;
+  const uint8_t* src = nullptr;
+  bool bad = len != 0 && env_->Mrs().Check(r.rkey, pd_, r.va, len, mem::kRemoteRead, &place) != mem::AccessError::kOk;
+  if (!bad && len != 0) {
+    if (place.pid == 0) {
+      src = place.host;
+    } else {
+      remote.resize(len);
+      bad = !mem::ReadFrom(remote.data(), place, len);
+      src = remote.data();
+    }
+  }
+  if (bad) {
     Response nak = r;
     nak.syndrome = wire::Aeth::nak(r.msn, wire::NakCode::kRemoteAccessError).syndrome;
     Count(QpCounter::send_rem_access_err);
@@ -156,7 +164,7 @@ bool Qp::BuildReadResponse(Response& r) {
   b.psn = r.psn;
   wire::write_bth(bth, b);
   if (info.aeth) wire::write_aeth(bth + info.aeth, wire::Aeth::ack(r.msn));
-  if (len != 0) std::memcpy(bth + info.payload, host, len);
+  if (len != 0) std::memcpy(bth + info.payload, src, len);
   std::memset(bth + info.payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
   env_->SendFrame(f, frame_len);

@@ -13,8 +13,9 @@ namespace droce::transport {
 enum class SgeResult : uint8_t { kOk, kAccess, kShort };
 
 // Visits [offset, offset + len) of the list; every piece is checked against
-// the MR table (lkey, PD, `need` rights, bounds) before `copy(host, done, n)`
-// is called for it, `done` being the bytes visited so far. kShort: the list
+// the MR table (lkey, PD, `need` rights, bounds) before `copy(place, done, n)`
+// is called for it, `done` being the bytes visited so far; copy returns
+// false if the memory could not be reached (kAccess). kShort: the list
 // holds fewer than offset + len bytes. Checked on every use: an MR may have
 // been deregistered since the WQE was posted.
 template <typename Copy>
@@ -28,11 +29,11 @@ SgeResult WalkSges(const mem::MrTable& mrs, uint32_t pd, const queue::Sge* sges,
       continue;
     }
     const uint32_t n = std::min(s.length - offset, len - done);
-    uint8_t* host = nullptr;
-    if (mrs.Check(s.lkey, pd, s.addr + offset, n, need, &host) != mem::AccessError::kOk) {
+    mem::Place place;
+    if (mrs.Check(s.lkey, pd, s.addr + offset, n, need, &place) != mem::AccessError::kOk ||
+        !copy(place, done, n)) {
       return SgeResult::kAccess;
     }
-    copy(host, done, n);
     done += n;
     offset = 0;
   }

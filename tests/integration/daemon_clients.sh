@@ -17,7 +17,8 @@ pids=()
 dpid=""
 cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-  [ -n "$dpid" ] && kill -KILL "$dpid" 2>/dev/null
+  # timeout leads droced's process group: kill the group, not just timeout.
+  [ -n "$dpid" ] && kill -KILL -- "-$dpid" 2>/dev/null
   wait 2>/dev/null
   rm -rf -- "$dir"
 }
@@ -39,6 +40,12 @@ base_fds=$(fds) base_maps=$(memfd_maps)
 # Memory tiers.
 run 60 memory >"$dir/memory.log" 2>&1 || { cat "$dir/memory.log"; fail "memory tiers"; }
 sed 's/^/[memory] /' "$dir/memory.log"
+DROCE_REMAP=0 run 60 memory >"$dir/memory_c.log" 2>&1 || { cat "$dir/memory_c.log"; fail "memory, copy tier"; }
+sed 's/^/[memory, DROCE_REMAP=0] /' "$dir/memory_c.log"
+
+# Isolation between two clients.
+run 60 isolation >"$dir/iso.log" 2>&1 || { cat "$dir/iso.log"; fail "isolation"; }
+sed 's/^/[isolation] /' "$dir/iso.log"
 
 # 16 concurrent clients.
 for i in $(seq 1 16); do run 120 traffic 2 >"$dir/c16.$i.log" 2>&1 & pids+=($!); done
@@ -83,10 +90,16 @@ done
 [ "$(memfd_maps)" -le "$base_maps" ] || { grep memfd "/proc/$dproc/maps" | head; fail "droced maps $(memfd_maps) memfds, $base_maps before"; }
 echo "after the clients: $(fds) fds ($base_fds before), $(memfd_maps) memfd mappings ($base_maps before)"
 
+# A client waiting when the daemon stops hears DEVICE_FATAL.
+run 60 fatal >"$dir/fatal.log" 2>&1 &
+fpid=$!
+for _ in $(seq 1 100); do grep -q ready "$dir/fatal.log" && break; sleep 0.05; done
 kill -TERM "$dpid"
 wait "$dpid"
 rc=$?
 dpid=""
+wait "$fpid" || { cat "$dir/fatal.log"; fail "the waiting client did not see DEVICE_FATAL"; }
+grep -v ready "$dir/fatal.log" | sed 's/^/[fatal] /'
 [ "$rc" -eq 0 ] || fail "droced exit $rc"
 grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d.log" || fail "droced left objects behind"
 grep 'stopped' "$dir/d.log"

@@ -51,7 +51,11 @@ TEST(DeviceFatal, AnExceptionInTheEngineKillsTheDeviceCleanly) {
   ibv_recv_wr* bad = nullptr;
   ASSERT_EQ(ibv_post_recv(qp, &rwr, &bad), 0);
 
-  droce::provider::to_ctx(ctx)->s->engine->RunOnWorkerForTesting([] { throw std::bad_alloc(); });
+  if (!droce::provider::to_ctx(ctx)->s->engine->RunOnWorkerForTesting([] { throw std::bad_alloc(); })) {
+    // Client mode: the engine is droced's; daemon_client fatal checks the
+    // same path when droced stops.
+    GTEST_SKIP() << "the engine is not in this process";
+  }
 
   pollfd p{ctx->async_fd, POLLIN, 0};
   ASSERT_EQ(poll(&p, 1, 10000), 1);

@@ -35,10 +35,11 @@ TEST(MrTable, StaleKeysNeverMatchTheSlotsNewOccupant) {
   const uint32_t k2 = t.Register(1, a, a, 64, kRw)->key;
   EXPECT_EQ(k2 >> 8, k1 >> 8) << "after the quarantine the oldest freed slot is reused";
   EXPECT_NE(k2, k1);
-  uint8_t* host = nullptr;
+  Place host;
   EXPECT_EQ(t.Check(k1, 1, a, 8, kRemoteWrite, &host), AccessError::kBadKey);
   EXPECT_EQ(t.Check(k2, 1, a, 8, kRemoteWrite, &host), AccessError::kOk);
-  EXPECT_EQ(host, buf);
+  EXPECT_EQ(host.host, buf);
+  EXPECT_EQ(host.pid, 0);
   EXPECT_EQ(t.Find(k1), nullptr);
   // A window in a slot an MR used to have: the MR's key names nothing.
   ASSERT_TRUE(t.Deregister(k2));
