@@ -839,7 +839,8 @@ std::string Server::StatusLine() const {
   return absl::StrCat("clients ", stats_.clients_live.load(), " live, ", stats_.clients_accepted.load(), " accepted, ",
                       stats_.teardowns.load(), " torn down; objects ", stats_.objects_live.load(), ", memory maps ",
                       stats_.mr_maps_live.load(), "; bad messages ", stats_.bad_messages.load(), ", foreign handles ",
-                      stats_.foreign_handles.load());
+                      stats_.foreign_handles.load(), "; registrations shared ", stats_.mr_shared.load(), ", moved ",
+                      stats_.mr_moved.load(), ", copied ", stats_.mr_copied.load());
 }
 
 }  // namespace droce::daemon

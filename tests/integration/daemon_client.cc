@@ -15,6 +15,8 @@
 //                                   RDMA READ (with DROCE_REMAP=0: all by the
 //                                   copy tier)
 //   daemon_client isolation         two clients; one uses the other's keys
+//   daemon_client peer-death        an RC peer SIGKILLed: RETRY_EXC_ERR
+//   daemon_client limits            RLIMIT_MEMLOCK bounds registrations
 //   daemon_client fatal             waits for IBV_EVENT_DEVICE_FATAL (droced stops)
 //   daemon_client hostile SOCKET SEED
 //                                   speaks the control protocol itself:
@@ -29,6 +31,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -406,6 +410,80 @@ int isolation() {
   return failed == 0 ? 0 : 1;
 }
 
+// A client's RC peer dies (SIGKILL) mid-connection: droced tears the dead
+// client's QP down, and the survivor's next SEND ends with
+// IBV_WC_RETRY_EXC_ERR, as with a dead host — not with data going anywhere.
+int peer_death() {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) die("pipe");
+  const pid_t child = fork();
+  auto make = [](Pair& p) {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    if (list == nullptr || n < 1) die("no device");
+    p.ctx = ibv_open_device(list[0]);
+    p.pd = ibv_alloc_pd(p.ctx);
+    p.cq = ibv_create_cq(p.ctx, 64, nullptr, nullptr, 0);
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = p.cq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
+    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+    p.a = ibv_create_qp(p.pd, &ia);
+    if (p.a == nullptr) die("qp");
+  };
+  Pair p;
+  make(p);  // both processes: the child's connection is its own (made after fork)
+  uint32_t mine = p.a->qp_num, theirs = 0;
+  if (child == 0) {
+    if (write(up[1], &mine, 4) != 4 || read(down[0], &theirs, 4) != 4) _exit(2);
+  } else {
+    if (read(up[0], &theirs, 4) != 4 || write(down[1], &mine, 4) != 4) die("pipe");
+  }
+  ibv_gid gid;
+  ibv_query_gid(p.ctx, 1, 0, &gid);
+  to_rts(p.a, theirs, gid);
+  if (child == 0) {
+    pause();  // until killed
+    _exit(0);
+  }
+  usleep(100000);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  usleep(200000);  // droced notices at once (socket EOF, pidfd) and destroys the QP
+  static uint8_t buf[64];
+  ibv_mr* mr = ibv_reg_mr(p.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey};
+  ibv_send_wr wr{}, *bad;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (ibv_post_send(p.a, &wr, &bad)) die("post");
+  ibv_wc wc{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ibv_poll_cq(p.cq, 1, &wc) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) die("no completion within 20 s");
+  }
+  std::printf("SEND to a dead client's QP: %s\n", ibv_wc_status_str(wc.status));
+  return wc.status == IBV_WC_RETRY_EXC_ERR ? 0 : 1;
+}
+
+// Registered bytes are bounded by the client's RLIMIT_MEMLOCK (run without
+// CAP_IPC_LOCK and with a 256 KiB limit): 64 KiB registers, 1 MiB more
+// fails with ENOMEM, as ibv_reg_mr(3) says.
+int limits() {
+  Pair p = open_pair();
+  static uint8_t small[65536], big[1 << 20];
+  ibv_mr* a = ibv_reg_mr(p.pd, small, sizeof(small), IBV_ACCESS_LOCAL_WRITE);
+  errno = 0;
+  ibv_mr* b = ibv_reg_mr(p.pd, big, sizeof(big), IBV_ACCESS_LOCAL_WRITE);
+  const int err = errno;
+  std::printf("64 KiB: %s; 1 MiB more: %s (errno %s)\n", a ? "registered" : "FAILED", b ? "REGISTERED" : "refused",
+              std::strerror(err));
+  return a != nullptr && b == nullptr && err == ENOMEM ? 0 : 1;
+}
+
 // Waits for droced to stop (the test sends it SIGTERM once "ready" is
 // printed): the client must get IBV_EVENT_DEVICE_FATAL, and then control
 // verbs fail.
@@ -523,6 +601,8 @@ int main(int argc, char** argv) {
   if (mode == "memory") return memory();
   if (mode == "isolation") return isolation();
   if (mode == "fatal") return fatal();
+  if (mode == "peer-death") return peer_death();
+  if (mode == "limits") return limits();
   if (mode == "hostile" && argc == 4) return hostile(argv[2], static_cast<unsigned>(std::atoi(argv[3])));
   std::fprintf(stderr, "daemon_client: bad arguments\n");
   return 2;

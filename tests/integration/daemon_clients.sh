@@ -47,6 +47,18 @@ sed 's/^/[memory, DROCE_REMAP=0] /' "$dir/memory_c.log"
 run 60 isolation >"$dir/iso.log" 2>&1 || { cat "$dir/iso.log"; fail "isolation"; }
 sed 's/^/[isolation] /' "$dir/iso.log"
 
+# The RC peer of a SIGKILLed client sees RETRY_EXC_ERR.
+run 60 peer-death >"$dir/peer.log" 2>&1 || { cat "$dir/peer.log"; fail "peer of a dead client"; }
+sed 's/^/[peer death] /' "$dir/peer.log"
+
+# Registered bytes within RLIMIT_MEMLOCK (without CAP_IPC_LOCK).
+if command -v setpriv >/dev/null && command -v prlimit >/dev/null; then
+  timeout 60 prlimit --memlock=262144:262144 setpriv --bounding-set=-ipc_lock --inh-caps=-ipc_lock \
+    "$launcher" exec --daemon "$sock" -- "$client" limits >"$dir/limits.log" 2>&1 ||
+    { cat "$dir/limits.log"; fail "RLIMIT_MEMLOCK"; }
+  sed 's/^/[limits] /' "$dir/limits.log"
+fi
+
 # 16 concurrent clients.
 for i in $(seq 1 16); do run 120 traffic 2 >"$dir/c16.$i.log" 2>&1 & pids+=($!); done
 bad=0
