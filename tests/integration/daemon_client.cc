@@ -29,6 +29,7 @@
 #include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "ctl/protocol.h"
+#include "queue/doorbell.h"
 
 namespace {
 
@@ -194,6 +196,15 @@ int traffic(double seconds) {
     ++rounds;
   }
   std::printf("traffic: %llu rounds byte-exact\n", static_cast<unsigned long long>(rounds));
+  std::fflush(stdout);
+  // An orderly close (DROCE_STATS=1 prints the device's counters here).
+  ibv_dereg_mr(ms);
+  ibv_dereg_mr(md);
+  ibv_dereg_mr(mb);
+  if (ibv_destroy_qp(p.a) || ibv_destroy_qp(p.b) || ibv_destroy_cq(p.cq) || ibv_dealloc_pd(p.pd) ||
+      ibv_close_device(p.ctx)) {
+    die("teardown");
+  }
   return 0;
 }
 
@@ -513,14 +524,18 @@ int hostile(const char* path, unsigned seed) {
     if (s < 0 || connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) die("connect");
     return s;
   };
-  auto exchange = [&](int s, const void* buf, size_t len, const int* fds, int nfds) {
+  int kept_fd = -1;  // the first fd of the last reply, if asked to keep it
+  auto exchange = [&](int s, const void* buf, size_t len, const int* fds, int nfds, bool keep = false) {
     if (droce::ctl::SendMsg(s, buf, len, fds, nfds) < 0) return false;
     uint8_t rep[droce::ctl::kMaxMessage];
     int got[droce::ctl::kMaxFds], ngot = 0;
     timeval tv{2, 0};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     const ssize_t n = droce::ctl::RecvMsg(s, rep, sizeof(rep), got, &ngot);
-    for (int i = 0; i < ngot; ++i) close(got[i]);
+    for (int i = 0; i < ngot; ++i) {
+      if (keep && i == 0) kept_fd = got[i];
+      else close(got[i]);
+    }
     return n > 0;
   };
   auto hello = [&](int s, uint32_t* seq) {
@@ -536,7 +551,7 @@ int hostile(const char* path, unsigned seed) {
     close(efd);
     return ok;
   };
-  unsigned sent = 0;
+  unsigned sent = 0, doorbells = 0;
   for (int round = 0; round < 200; ++round) {
     const int s = connect_to();
     uint32_t seq = 0;
@@ -544,7 +559,23 @@ int hostile(const char* path, unsigned seed) {
     // Attach device 0 so that object ops reach the engine.
     if (greeted) {
       droce::ctl::Header h{droce::ctl::kMagic, droce::ctl::kAttach, 0, ++seq, sizeof(droce::ctl::Header)};
-      exchange(s, &h, sizeof(h), nullptr, 0);
+      kept_fd = -1;
+      exchange(s, &h, sizeof(h), nullptr, 0, true);
+      // Our doorbell queue: ring other clients' QPNs (small numbers, as
+      // theirs are), then scribble over the cells and indices.
+      struct stat st;
+      if (kept_fd >= 0 && fstat(kept_fd, &st) == 0 && st.st_size > 0) {
+        void* m = mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, kept_fd, 0);
+        if (m != MAP_FAILED) {
+          droce::queue::DoorbellQueue q(m, 4096, false);
+          for (int k = 0; k < 64; ++k) q.Push(0x11 + rng() % 256);
+          auto* words = static_cast<uint32_t*>(m);
+          for (int k = 0; k < 256; ++k) words[rng() % (st.st_size / 4)] = static_cast<uint32_t>(rng());
+          doorbells += 64;
+          munmap(m, st.st_size);
+        }
+      }
+      if (kept_fd >= 0) close(kept_fd);
     }
     for (int i = 0; i < 50; ++i) {
       uint8_t buf[droce::ctl::kMaxMessage] = {};
@@ -584,7 +615,8 @@ int hostile(const char* path, unsigned seed) {
     }
     close(s);
   }
-  std::printf("hostile: %u messages sent\n", sent);
+  std::printf("hostile: %u messages sent, %u foreign doorbells rung (and the queue scribbled over)\n", sent,
+              doorbells);
   return 0;
 }
 

@@ -68,7 +68,8 @@ pids=()
 echo "16 concurrent clients: all byte-exact ($(cat "$dir"/c16.*.log | awk '{s += $2} END {print s}') rounds)"
 
 # Survivors, the kill storm and hostile clients at once.
-run 300 traffic 12 >"$dir/s1.log" 2>&1 & s1=$!
+# s1 prints the device's counters when it closes it (DROCE_STATS=1).
+DROCE_STATS=1 run 300 traffic 12 >"$dir/s1.log" 2>&1 & s1=$!
 run 300 traffic 12 >"$dir/s2.log" 2>&1 & s2=$!
 for seed in 1 2 3; do
   timeout 120 "$client" hostile "$sock" "$seed" >"$dir/h.$seed.log" 2>&1 & pids+=($!)
@@ -89,7 +90,11 @@ for p in "${pids[@]}"; do wait "$p" || fail "a hostile client failed to run: $(c
 pids=()
 wait "$s1" || { cat "$dir/s1.log"; fail "survivor 1's traffic"; }
 wait "$s2" || { cat "$dir/s2.log"; fail "survivor 2's traffic"; }
-echo "kill storm: $killed clients SIGKILLed; survivors $(cat "$dir/s1.log") / $(cat "$dir/s2.log")"
+echo "kill storm: $killed clients SIGKILLed; survivors $(grep rounds "$dir/s1.log") / $(cat "$dir/s2.log")"
+# The hostile clients' doorbells for QPs not theirs were ignored and counted.
+foreign=$(grep -Eo 'foreign_doorbells +[0-9]+' "$dir/s1.log" | awk '{print $2}' | tail -1)
+[ "${foreign:-0}" -gt 0 ] || { cat "$dir/s1.log"; fail "no foreign doorbell was counted"; }
+echo "foreign doorbells ignored and counted by the engine: $foreign"
 cat "$dir"/h.*.log | sed 's/^/[hostile] /'
 kill -0 "$dpid" 2>/dev/null || fail "droced died"
 
