@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -67,6 +69,15 @@ std::mutex g_mu;
 std::map<uint64_t, Chunk> g_chunks;  // by inode
 uint64_t g_moved_bytes = 0;
 
+// Copies whole pages of this process with the kernel (process_vm_readv on
+// ourselves, as a raw system call): the pages around a registered buffer
+// are copied too, and they may hold what a sanitizer's interceptors would
+// call out of bounds (malloc's redzones).
+bool copy_pages(void* dst, const void* src, size_t len) {
+  iovec local{dst, len}, remote{const_cast<void*>(src), len};
+  return syscall(SYS_process_vm_readv, getpid(), &local, 1ul, &remote, 1ul, 0ul) == static_cast<long>(len);
+}
+
 // Runs fn on another thread while the calling one waits. Moving pages copies
 // them and then maps the copy over them; if they hold the calling thread's
 // stack (a registered stack buffer), whatever that thread pushed between
@@ -98,8 +109,9 @@ Chunk* move_pages(uint64_t start, uint64_t len, int prot) {
   if ((prot & PROT_READ) == 0) return fail();
   void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (tmp == MAP_FAILED) return fail();
-  std::memcpy(tmp, reinterpret_cast<void*>(start), len);
+  const bool copied = copy_pages(tmp, reinterpret_cast<void*>(start), len);
   munmap(tmp, len);
+  if (!copied) return fail();
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) return fail();
   if (mmap(reinterpret_cast<void*>(start), len, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) return fail();
   // rdma-core's fork support: registered pages are not inherited.
@@ -123,7 +135,10 @@ void restore_chunk(Chunk& c) {
     const uint64_t len = v.end - v.start;
     void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (tmp == MAP_FAILED) continue;  // stays shared: still correct for this process
-    std::memcpy(tmp, reinterpret_cast<void*>(v.start), len);
+    if (!copy_pages(tmp, reinterpret_cast<void*>(v.start), len)) {
+      munmap(tmp, len);
+      continue;  // stays shared: still correct for this process
+    }
     if (v.prot != (PROT_READ | PROT_WRITE)) mprotect(tmp, len, v.prot);
     if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(v.start)) == MAP_FAILED) {
       munmap(tmp, len);

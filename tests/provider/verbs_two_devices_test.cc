@@ -23,6 +23,12 @@ class TwoDevices : public ::testing::Test {
   static void SetUpTestSuite() {
     // Set before the first verbs call: the provider reads it once.
     const std::string sock = "/tmp/droce-two-devices-" + std::to_string(getpid()) + ".sock";
+    // The memif server leaves its socket file behind: one from an earlier
+    // run whose pid this one reuses would make the server fail to bind.
+    unlink(sock.c_str());
+    static std::string at_exit_path;
+    at_exit_path = sock;
+    std::atexit([] { unlink(at_exit_path.c_str()); });
     const std::string link = "net_memif0,role=server,socket=" + sock + ",socket-abstract=no;" +
                              "net_memif1,role=client,socket=" + sock + ",socket-abstract=no";
     setenv("DROCE_LINK", link.c_str(), 1);
