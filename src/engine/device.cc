@@ -260,7 +260,10 @@ void Device::RemoveDoorbellSource(DoorbellSource* src) {
 }
 
 void Device::Shutdown(const char* why) {
-  RunOnWorker([&] { EnterFatal(why); });
+  RunOnWorker([&] {
+    shutting_down_ = true;  // a requested stop, not a failure: logged as such
+    EnterFatal(why);
+  });
 }
 
 void Device::WakeAll() {

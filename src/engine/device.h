@@ -369,6 +369,7 @@ class Device final : public Session {
   // port_state.cc (worker 0)
   std::atomic<bool> port_active_{true};
   std::atomic<bool> dead_{false};
+  bool shutting_down_ = false;  // Shutdown (changed with every worker stopped)
   bool link_seen_up_ = false;
   uint64_t last_link_poll_ns_ = 0;
   uint64_t last_reconnect_ns_ = 0;  // the last try of a memif client (dpdk_.reconnects())

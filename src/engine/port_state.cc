@@ -105,7 +105,8 @@ void Device::PollLinkState(Worker& w) {
 
 void Device::EnterFatal(const char* why) {
   if (dead()) return;
-  Log(LogLevel::kError, "%s: device failed: %s; every QP is flushed", port_.name.c_str(), why);
+  if (shutting_down_) Log(LogLevel::kInfo, "%s: %s; every QP is flushed", port_.name.c_str(), why);
+  else Log(LogLevel::kError, "%s: device failed: %s; every QP is flushed", port_.name.c_str(), why);
   dead_.store(true, std::memory_order_release);
   port_active_.store(false, std::memory_order_relaxed);
   // What the link holds or was about to take is gone with it.

@@ -2,7 +2,8 @@
 # Runs a command as a client of a droced started for it (issue 13: the
 # provider's own test suites in daemon mode):
 #   with_droced.sh DROCED [DROCED ARGS...] -- CMD [ARGS...]
-# The daemon gets a socket in a temporary directory; CMD runs with
+# The daemon gets a socket in a temporary directory (@DIR@ in its
+# arguments names that directory, e.g. for a memif socket); CMD runs with
 # DROCE_DAEMON pointing at it (and no DROCE_LINK). Passes if CMD passes and
 # the daemon then stops on SIGTERM with nothing left.
 set -u
@@ -19,6 +20,7 @@ cleanup() {
   rm -rf -- "$dir"
 }
 trap cleanup EXIT
+dargs=("${dargs[@]//@DIR@/$dir}")
 timeout 600 "$droced" --socket "$dir/d.sock" "${dargs[@]}" </dev/null >"$dir/d.log" 2>&1 &
 dpid=$!
 for _ in $(seq 1 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
