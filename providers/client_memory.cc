@@ -67,7 +67,6 @@ struct Chunk {
 
 std::mutex g_mu;
 std::map<uint64_t, Chunk> g_chunks;  // by inode
-uint64_t g_moved_bytes = 0;
 
 // Copies whole pages of this process with the kernel (process_vm_readv on
 // ourselves, as a raw system call): the pages around a registered buffer
@@ -123,7 +122,6 @@ Chunk* move_pages(uint64_t start, uint64_t len, int prot) {
   c.len = len;
   c.fd = fd;
   c.inode = st.st_ino;
-  g_moved_bytes += len;
   return &(g_chunks[c.inode] = c);
 }
 
@@ -144,7 +142,6 @@ void restore_chunk(Chunk& c) {
       munmap(tmp, len);
     }
   }
-  g_moved_bytes -= c.len;
   close(c.fd);
   g_chunks.erase(c.inode);
 }
@@ -246,11 +243,6 @@ void ReleaseMemory(const Registration& r) {
     auto it = g_chunks.find(inode);
     if (it != g_chunks.end() && --it->second.refs == 0) off_this_stack([&] { restore_chunk(it->second); });
   }
-}
-
-MovedStats MovedMemory() {
-  std::lock_guard<std::mutex> l(g_mu);
-  return {g_moved_bytes, g_chunks.size()};
 }
 
 }  // namespace droce::provider

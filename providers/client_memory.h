@@ -33,11 +33,4 @@ absl::StatusOr<Registration> PrepareMemory(uint64_t addr, uint64_t len);
 // daemon refused it).
 void ReleaseMemory(const Registration& r);
 
-// For tests: memory currently moved onto memfds (bytes) and chunks.
-struct MovedStats {
-  uint64_t bytes = 0;
-  uint64_t chunks = 0;
-};
-MovedStats MovedMemory();
-
 }  // namespace droce::provider

@@ -48,9 +48,12 @@ class Connection {
   static absl::StatusOr<Connection*> Get();
 
   // One request, one reply. Returns 0 or the daemon's errno (EIO when the
-  // connection is gone). Received fds go to out_fds (the caller owns them).
+  // connection is gone). The reply must have the payload and fds of its op
+  // (ctl::ShapeOf): the payload goes to rep, the fds to out_fds (the caller
+  // owns them).
+  // rep_room: the size of *rep, which must be the op's reply payload.
   int Call(uint16_t op, uint16_t dev, const void* req, size_t req_len, const int* fds, int nfds, void* rep,
-           size_t rep_len, int* out_fds = nullptr, int out_cap = 0);
+           size_t rep_room, int* out_fds = nullptr);
   int devices() const { return static_cast<int>(hello_.ndev); }
   const ctl::DevInfo& info(int i) const { return hello_.devs[i]; }
   DaemonSession* session(int i);
@@ -91,7 +94,7 @@ class DaemonSession final : public engine::Session {
   absl::Status Attach() {
     ctl::AttachRep rep{};
     int fds[2] = {-1, -1};
-    if (int e = c_->Call(ctl::kAttach, index_, nullptr, 0, nullptr, 0, &rep, sizeof(rep), fds, 2); e != 0) {
+    if (int e = c_->Call(ctl::kAttach, index_, nullptr, 0, nullptr, 0, &rep, sizeof(rep), fds); e != 0) {
       return ctl::StatusOf(e, "attach");
     }
     workers_ = static_cast<int>(rep.workers);
@@ -129,7 +132,7 @@ class DaemonSession final : public engine::Session {
 
   absl::StatusOr<uint32_t> AllocPd() override {
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "alloc PD");
+    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep); e != 0) return ctl::StatusOf(e, "alloc PD");
     return rep.id;
   }
   absl::Status DeallocPd(uint32_t pd) override { return Simple(ctl::kDeallocPd, pd, "dealloc PD"); }
@@ -148,8 +151,8 @@ class DaemonSession final : public engine::Session {
     r.npieces = static_cast<uint32_t>(reg->pieces.size());
     for (size_t i = 0; i < reg->pieces.size(); ++i) r.pieces[i] = reg->pieces[i];
     ctl::IdRep rep{};
-    const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), reg->fds.data(), static_cast<int>(reg->fds.size()),
-                           &rep, sizeof(rep));
+    const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), reg->fds.data(), static_cast<int>(reg->fds.size()), &rep,
+                           sizeof(rep));
     if (e != 0) {
       ReleaseMemory(*reg);
       return ctl::StatusOf(e, "register MR");
@@ -180,7 +183,7 @@ class DaemonSession final : public engine::Session {
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override {
     const ctl::AllocMw a{pd, type};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "alloc MW");
+    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "alloc MW");
     return rep.id;
   }
   absl::Status DeallocMw(uint32_t rkey) override { return Simple(ctl::kDeallocMw, rkey, "dealloc MW"); }
@@ -190,7 +193,7 @@ class DaemonSession final : public engine::Session {
     const ctl::CreateCq a{min_cqe, mine};
     ctl::CqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+    if (int e = Call(ctl::kCreateCq, &a, sizeof(a), &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
@@ -221,7 +224,7 @@ class DaemonSession final : public engine::Session {
     const ctl::ResizeCq a{id, min_cqe};
     ctl::CqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kResizeCq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+    if (int e = Call(ctl::kResizeCq, &a, sizeof(a), &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "resize CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
@@ -233,7 +236,7 @@ class DaemonSession final : public engine::Session {
   }
   absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) override {
     const ctl::ModifyCq a{id, count, period_us};
-    if (int e = Call(ctl::kModifyCq, &a, sizeof(a), nullptr, 0); e != 0) return ctl::StatusOf(e, "modify CQ");
+    if (int e = Call(ctl::kModifyCq, &a, sizeof(a)); e != 0) return ctl::StatusOf(e, "modify CQ");
     return absl::OkStatus();
   }
 
@@ -254,7 +257,7 @@ class DaemonSession final : public engine::Session {
     a.cookie = mine;
     ctl::QpRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateQp, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+    if (int e = Call(ctl::kCreateQp, &a, sizeof(a), &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create QP");
     }
     if (rep.worker >= queues_.size() || rep.rq_offset >= rep.size || rep.shared_offset + sizeof(engine::QpShared) > rep.size) {
@@ -286,12 +289,12 @@ class DaemonSession final : public engine::Session {
     a.qpn = qpn;
     a.mask = mask;
     a.attr = ctl::ToWire(attr);
-    return Call(ctl::kModifyQp, &a, sizeof(a), nullptr, 0);
+    return Call(ctl::kModifyQp, &a, sizeof(a));
   }
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override {
     const ctl::Id a{qpn, 0};
     ctl::WireQpAttr w{};
-    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w, sizeof(w)); e != 0) return ctl::StatusOf(e, "query QP");
+    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w); e != 0) return ctl::StatusOf(e, "query QP");
     transport::QpAttr attr;
     if (absl::Status s = ctl::FromWire(w, &attr); !s.ok()) return s;
     return attr;
@@ -313,7 +316,7 @@ class DaemonSession final : public engine::Session {
     const ctl::CreateSrq a{pd, max_wr, max_sge, limit, mine};
     ctl::SrqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, sizeof(rep), &fd, 1); e != 0) {
+    if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create SRQ");
     }
     auto shm = queue::ShmRegion::Adopt(fd, rep.size);
@@ -334,12 +337,12 @@ class DaemonSession final : public engine::Session {
   }
   int ModifySrq(uint32_t id, uint32_t limit) override {
     const ctl::ModifySrq a{id, limit};
-    return Call(ctl::kModifySrq, &a, sizeof(a), nullptr, 0);
+    return Call(ctl::kModifySrq, &a, sizeof(a));
   }
   absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override {
     const ctl::Id a{id, 0};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "query SRQ");
+    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "query SRQ");
     return rep.id;
   }
   absl::Status DestroySrq(uint32_t id) override {
@@ -357,7 +360,7 @@ class DaemonSession final : public engine::Session {
     a.pd = pd;
     a.av = ctl::ToWire(av);
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep, sizeof(rep)); e != 0) return ctl::StatusOf(e, "create AH");
+    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "create AH");
     return rep.id;
   }
   absl::Status DestroyAh(uint32_t id) override { return Simple(ctl::kDestroyAh, id, "destroy AH"); }
@@ -365,13 +368,13 @@ class DaemonSession final : public engine::Session {
   int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kDetachMcast, qpn, mgid); }
   Counters ReadCounters() override {
     Counters c;
-    (void)Call(ctl::kReadCounters, nullptr, 0, &c, sizeof(c));
+    (void)Call(ctl::kReadCounters, nullptr, 0, &c);
     return c;
   }
   absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn) override {
     const ctl::Id a{qpn, 0};
     QpCounters c;
-    if (int e = Call(ctl::kReadQpCounters, &a, sizeof(a), &c, sizeof(c)); e != 0) {
+    if (int e = Call(ctl::kReadQpCounters, &a, sizeof(a), &c); e != 0) {
       return ctl::StatusOf(e, "read QP counters");
     }
     return c;
@@ -463,19 +466,22 @@ class DaemonSession final : public engine::Session {
     }
     for (engine::EventSink* s : sinks_) s->DeviceEvent(type);
   }
-  int Call(uint16_t op, const void* req, size_t len, void* rep, size_t rep_len, int* fds = nullptr, int nfds = 0) {
-    return c_->Call(op, index_, req, len, nullptr, 0, rep, rep_len, fds, nfds);
+  // rep and fds: room for the op's reply (ctl::ShapeOf), checked below.
+  int Call(uint16_t op, const void* req, size_t len) { return c_->Call(op, index_, req, len, nullptr, 0, nullptr, 0); }
+  template <typename Rep>
+  int Call(uint16_t op, const void* req, size_t len, Rep* rep, int* fds = nullptr) {
+    return c_->Call(op, index_, req, len, nullptr, 0, rep, sizeof(Rep), fds);
   }
   absl::Status Simple(uint16_t op, uint32_t id, const char* what) {
     const ctl::Id a{id, 0};
-    if (int e = Call(op, &a, sizeof(a), nullptr, 0); e != 0) return ctl::StatusOf(e, what);
+    if (int e = Call(op, &a, sizeof(a)); e != 0) return ctl::StatusOf(e, what);
     return absl::OkStatus();
   }
   int Mcast(uint16_t op, uint32_t qpn, const wire::Ipv6Addr& gid) {
     ctl::Mcast a{};
     a.qpn = qpn;
     std::memcpy(a.gid, gid.data(), 16);
-    return Call(op, &a, sizeof(a), nullptr, 0);
+    return Call(op, &a, sizeof(a));
   }
 
   Connection* c_;
@@ -523,7 +529,7 @@ absl::Status Connection::Open(const std::string& path) {
   if (event_fd_ < 0) return absl::ErrnoToStatus(errno, "eventfd");
   const ctl::Hello h{ctl::kVersion, 0, ctl::AbiHash()};
   int fd = -1;
-  if (int e = Call(ctl::kHello, 0, &h, sizeof(h), &event_fd_, 1, &hello_, sizeof(hello_), &fd, 1); e != 0) {
+  if (int e = Call(ctl::kHello, 0, &h, sizeof(h), &event_fd_, 1, &hello_, sizeof(hello_), &fd); e != 0) {
     return absl::UnavailableError(absl::StrCat("droced on ", path, " refused the hello: ", std::strerror(e),
                                                e == EPROTO ? " (a daemon of another droce build)" : ""));
   }
@@ -544,7 +550,9 @@ absl::Status Connection::Open(const std::string& path) {
 DaemonSession* Connection::session(int i) { return sessions_[static_cast<size_t>(i)].get(); }
 
 int Connection::Call(uint16_t op, uint16_t dev, const void* req, size_t req_len, const int* fds, int nfds, void* rep,
-                     size_t rep_len, int* out_fds, int out_cap) {
+                     size_t rep_room, int* out_fds) {
+  const ctl::OpShape& shape = *ctl::ShapeOf(op);
+  if (rep_room != shape.rep_len) return EINVAL;  // a caller that disagrees with the protocol table
   uint8_t buf[ctl::kMaxMessage];
   std::lock_guard<std::mutex> l(mu_);
   if (gone()) return EIO;
@@ -565,10 +573,10 @@ int Connection::Call(uint16_t op, uint16_t dev, const void* req, size_t req_len,
       err = EIO;
     } else if (r.err != 0) {
       err = r.err;
-    } else if (static_cast<size_t>(n) != sizeof(r) + rep_len || ngot != out_cap) {
+    } else if (static_cast<size_t>(n) != sizeof(r) + shape.rep_len || ngot != shape.rep_fds) {
       err = EIO;
     } else {
-      if (rep_len != 0) std::memcpy(rep, buf + sizeof(r), rep_len);
+      if (shape.rep_len != 0) std::memcpy(rep, buf + sizeof(r), shape.rep_len);
       for (int i = 0; i < ngot; ++i) out_fds[i] = got[i];
       ngot = 0;
     }

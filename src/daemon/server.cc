@@ -825,7 +825,8 @@ void Server::Serve(std::shared_ptr<Client> c) {
       break;
     }
   }
-  Log(LogLevel::kInfo, "droced: client pid %d: %s; tearing down its objects", static_cast<int>(c->pid), why);
+  Log(LogLevel::kInfo, "droced: client pid %d (uid %u): %s; tearing down its objects (%llu events dropped)",
+      static_cast<int>(c->pid), static_cast<unsigned>(c->uid), why, static_cast<unsigned long long>(c->ev_dropped));
   h.Teardown();
   stats_.teardowns.fetch_add(1, std::memory_order_relaxed);
   stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
@@ -837,6 +838,7 @@ void Server::Serve(std::shared_ptr<Client> c) {
 
 std::string Server::StatusLine() const {
   return absl::StrCat("clients ", stats_.clients_live.load(), " live, ", stats_.clients_accepted.load(), " accepted, ",
+                      stats_.clients_refused.load(), " refused, ",
                       stats_.teardowns.load(), " torn down; objects ", stats_.objects_live.load(), ", memory maps ",
                       stats_.mr_maps_live.load(), "; bad messages ", stats_.bad_messages.load(), ", foreign handles ",
                       stats_.foreign_handles.load(), "; registrations shared ", stats_.mr_shared.load(), ", moved ",

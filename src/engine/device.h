@@ -55,7 +55,6 @@ struct Worker;
 struct DoorbellSource {
   uint64_t owner = 0;
   std::vector<std::unique_ptr<queue::DoorbellQueue>> queues;  // [worker]
-  std::atomic<uint64_t> foreign{0};  // QPNs that were not the owner's: ignored
 };
 
 struct QpEntry {

@@ -318,7 +318,6 @@ void Device::HandleDoorbells(Worker& w) {
       if (it != qps_.end() && it->second->owner == &w && it->second->owner_tag == src->owner) {
         ring(it->second.get());
       } else {
-        src->foreign.fetch_add(1, std::memory_order_relaxed);
         ++w.stats.foreign_doorbells;
       }
     }

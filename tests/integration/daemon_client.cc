@@ -94,7 +94,8 @@ void to_rts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
   }
 }
 
-Pair open_pair() {
+// A device, PD, CQ and one RC QP (a), or two (a, b) in RESET.
+Pair open_qps(bool two) {
   Pair p;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -110,8 +111,14 @@ Pair open_pair() {
   ia.cap.max_send_wr = ia.cap.max_recv_wr = 64;
   ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
   p.a = ibv_create_qp(p.pd, &ia);
-  p.b = ibv_create_qp(p.pd, &ia);
-  if (p.a == nullptr || p.b == nullptr) die("qp");
+  p.b = two ? ibv_create_qp(p.pd, &ia) : nullptr;
+  if (p.a == nullptr || (two && p.b == nullptr)) die("qp");
+  return p;
+}
+
+// Two RC QPs of one device connected to each other.
+Pair open_pair() {
+  Pair p = open_qps(true);
   ibv_gid gid;
   if (ibv_query_gid(p.ctx, 1, 0, &gid)) die("gid");
   to_rts(p.a, p.b->qp_num, gid);
@@ -119,15 +126,21 @@ Pair open_pair() {
   return p;
 }
 
-ibv_wc wait_one(ibv_cq* cq) {
+// The next completion, whatever its status (dies after `secs` without one).
+ibv_wc poll_one(ibv_cq* cq, int secs = 10) {
   ibv_wc wc{};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(secs);
   for (;;) {
     const int n = ibv_poll_cq(cq, 1, &wc);
     if (n < 0) die("poll");
-    if (n == 1) break;
-    if (std::chrono::steady_clock::now() > deadline) die("no completion within 10 s");
+    if (n == 1) return wc;
+    if (std::chrono::steady_clock::now() > deadline) die("no completion in time");
   }
+}
+
+// The next completion, which must be a success.
+ibv_wc wait_one(ibv_cq* cq) {
+  const ibv_wc wc = poll_one(cq);
   if (wc.status != IBV_WC_SUCCESS) {
     std::fprintf(stderr, "daemon_client: completion %s (wr_id %llu)\n", ibv_wc_status_str(wc.status),
                  static_cast<unsigned long long>(wc.wr_id));
@@ -136,17 +149,28 @@ ibv_wc wait_one(ibv_cq* cq) {
   return wc;
 }
 
-void rdma(Pair& p, ibv_wr_opcode op, ibv_mr* local, void* laddr, ibv_mr* remote, void* raddr, uint32_t len) {
-  ibv_sge sge{reinterpret_cast<uint64_t>(laddr), len, local->lkey};
+// Posts one signaled work request of one SGE on qp and returns its
+// completion, whatever the status.
+ibv_wc post_one(ibv_qp* qp, ibv_cq* cq, ibv_wr_opcode op, ibv_sge sge, uint32_t rkey = 0, uint64_t raddr = 0,
+                int secs = 10) {
   ibv_send_wr wr{}, *bad;
   wr.opcode = op;
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(raddr);
-  wr.wr.rdma.rkey = remote->rkey;
-  if (ibv_post_send(p.a, &wr, &bad)) die("post");
-  wait_one(p.cq);
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  if (ibv_post_send(qp, &wr, &bad)) die("post");
+  return poll_one(cq, secs);
+}
+
+void rdma(Pair& p, ibv_wr_opcode op, ibv_mr* local, void* laddr, ibv_mr* remote, void* raddr, uint32_t len) {
+  const ibv_wc wc = post_one(p.a, p.cq, op, {reinterpret_cast<uint64_t>(laddr), len, local->lkey}, remote->rkey,
+                             reinterpret_cast<uint64_t>(raddr));
+  if (wc.status != IBV_WC_SUCCESS) {
+    std::fprintf(stderr, "daemon_client: completion %s\n", ibv_wc_status_str(wc.status));
+    std::exit(1);
+  }
 }
 
 void fill(uint8_t* b, size_t n, uint32_t seed) {
@@ -382,25 +406,11 @@ int isolation() {
                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
   if (mr == nullptr) die("reg_mr");
   int failed = 0;
-  auto post = [&](ibv_qp* qp, ibv_wr_opcode op, uint32_t lkey, uint64_t laddr, uint32_t rkey, uint64_t raddr) {
-    ibv_sge sge{laddr, 64, lkey};
-    ibv_send_wr wr{}, *bad;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    if (ibv_post_send(qp, &wr, &bad)) die("post");
-    ibv_wc wc{};
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (ibv_poll_cq(p.cq, 1, &wc) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) die("no completion");
-    }
-    return wc.status;
+  auto post = [&](ibv_qp* qp, ibv_cq* cq, uint32_t lkey, uint64_t laddr, uint32_t rkey, uint64_t raddr) {
+    return post_one(qp, cq, IBV_WR_RDMA_WRITE, {laddr, 64, lkey}, rkey, raddr).status;
   };
   // The child's lkey as a local buffer of ours.
-  const ibv_wc_status s1 = post(p.a, IBV_WR_RDMA_WRITE, static_cast<uint32_t>(msg[0]), msg[2], mr->rkey,
+  const ibv_wc_status s1 = post(p.a, p.cq, static_cast<uint32_t>(msg[0]), msg[2], mr->rkey,
                                 reinterpret_cast<uint64_t>(mine));
   std::printf("foreign lkey: %s\n", ibv_wc_status_str(s1));
   failed += s1 != IBV_WC_LOC_PROT_ERR;
@@ -408,8 +418,7 @@ int isolation() {
   // (on a fresh pair: the first is in error now).
   Pair q = open_pair();
   ibv_mr* mr2 = ibv_reg_mr(q.pd, mine, sizeof(mine), IBV_ACCESS_LOCAL_WRITE);
-  p.cq = q.cq;
-  const ibv_wc_status s2 = post(q.a, IBV_WR_RDMA_WRITE, mr2->lkey, reinterpret_cast<uint64_t>(mine),
+  const ibv_wc_status s2 = post(q.a, q.cq, mr2->lkey, reinterpret_cast<uint64_t>(mine),
                                 static_cast<uint32_t>(msg[1]), msg[2]);
   std::printf("foreign rkey: %s\n", ibv_wc_status_str(s2));
   failed += s2 != IBV_WC_REM_ACCESS_ERR;
@@ -429,23 +438,8 @@ int peer_death() {
   int up[2], down[2];
   if (pipe(up) != 0 || pipe(down) != 0) die("pipe");
   const pid_t child = fork();
-  auto make = [](Pair& p) {
-    int n = 0;
-    ibv_device** list = ibv_get_device_list(&n);
-    if (list == nullptr || n < 1) die("no device");
-    p.ctx = ibv_open_device(list[0]);
-    p.pd = ibv_alloc_pd(p.ctx);
-    p.cq = ibv_create_cq(p.ctx, 64, nullptr, nullptr, 0);
-    ibv_qp_init_attr ia{};
-    ia.send_cq = ia.recv_cq = p.cq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    p.a = ibv_create_qp(p.pd, &ia);
-    if (p.a == nullptr) die("qp");
-  };
-  Pair p;
-  make(p);  // both processes: the child's connection is its own (made after fork)
+  // Both processes: the child's connection to droced is its own (made after fork).
+  Pair p = open_qps(false);
   uint32_t mine = p.a->qp_num, theirs = 0;
   if (child == 0) {
     if (write(up[1], &mine, 4) != 4 || read(down[0], &theirs, 4) != 4) _exit(2);
@@ -465,18 +459,7 @@ int peer_death() {
   usleep(200000);  // droced notices at once (socket EOF, pidfd) and destroys the QP
   static uint8_t buf[64];
   ibv_mr* mr = ibv_reg_mr(p.pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
-  ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey};
-  ibv_send_wr wr{}, *bad;
-  wr.opcode = IBV_WR_SEND;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  if (ibv_post_send(p.a, &wr, &bad)) die("post");
-  ibv_wc wc{};
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (ibv_poll_cq(p.cq, 1, &wc) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) die("no completion within 20 s");
-  }
+  const ibv_wc wc = post_one(p.a, p.cq, IBV_WR_SEND, {reinterpret_cast<uint64_t>(buf), sizeof(buf), mr->lkey}, 0, 0, 20);
   std::printf("SEND to a dead client's QP: %s\n", ibv_wc_status_str(wc.status));
   return wc.status == IBV_WC_RETRY_EXC_ERR ? 0 : 1;
 }

@@ -122,6 +122,9 @@ wait "$fpid" || { cat "$dir/fatal.log"; fail "the waiting client did not see DEV
 grep -v ready "$dir/fatal.log" | sed 's/^/[fatal] /'
 [ "$rc" -eq 0 ] || fail "droced exit $rc"
 grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d.log" || fail "droced left objects behind"
+# Every tier was used, and the hostile clients' foreign handles were counted.
+grep -Eq 'foreign handles [1-9][0-9]*; registrations shared [1-9][0-9]*, moved [1-9][0-9]*, copied [1-9]' "$dir/d.log" ||
+  fail "a memory tier went unused, or no foreign handle was counted"
 grep 'stopped' "$dir/d.log"
 [ ! -e "$sock" ] || fail "the socket file is left behind"
 echo "PASS"

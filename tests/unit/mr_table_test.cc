@@ -21,6 +21,21 @@ std::vector<uint32_t> Churn(MrTable& t, int n) {
   return keys;
 }
 
+// droced's clients share one table: a key must not be predictable from the
+// index alone. The first variant of each slot is random (as with 16 fresh
+// tables, whose first keys would all be equal with a fixed start: a false
+// failure has probability 256^-15).
+TEST(MrTable, FirstKeysOfFreshTablesDifferInTheirVariant) {
+  std::set<uint32_t> variants;
+  for (int i = 0; i < 16; ++i) {
+    MrTable t;
+    const uint32_t key = t.Register(1, 0x1000, 0x1000, 16, kRw)->key;
+    EXPECT_EQ(key >> 8, 1u);
+    variants.insert(key & 0xFF);
+  }
+  EXPECT_GT(variants.size(), 1u);
+}
+
 TEST(MrTable, StaleKeysNeverMatchTheSlotsNewOccupant) {
   MrTable t;
   uint8_t buf[64];
