@@ -21,5 +21,7 @@ int device_count();
 // droce<index>'s session, started (embedded) or attached (client mode) on
 // first use; lives until exit.
 absl::StatusOr<engine::Session*> session_for(int index);
+// A port's node GUID (host order): EUI-64 from its MAC, as RoCE NICs do.
+uint64_t node_guid_host(const engine::PortInfo& p);
 
 }  // namespace droce::provider

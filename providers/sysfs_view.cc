@@ -26,6 +26,8 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include "sysfs_view.h"
+#include "interpose.h"
+#include "rdma_cm.h"
 #include "sessions.h"
 
 #include <dirent.h>
@@ -63,20 +65,6 @@ int __openat64_2(int dirfd, const char* path, int flags);
 namespace droce::provider {
 namespace {
 
-// The real function behind one of ours, looked up once (the pointer is
-// constant-initialised, so this works before any constructor has run and
-// from any thread; two threads racing store the same value).
-#define REAL(name)                                                                  \
-  ([]() {                                                                           \
-    static std::atomic<void*> fn{nullptr};                                          \
-    void* f = fn.load(std::memory_order_relaxed);                                   \
-    if (f == nullptr) {                                                             \
-      f = dlsym(RTLD_NEXT, #name);                                                  \
-      fn.store(f, std::memory_order_relaxed);                                       \
-    }                                                                               \
-    return reinterpret_cast<decltype(&::name)>(f);                                  \
-  }())
-
 // Linux's uverbs character devices: major 231, minors from 192
 // (drivers/infiniband/core/uverbs_main.c, IB_UVERBS_BASE_MINOR).
 constexpr unsigned kUverbsMajor = 231, kUverbsBaseMinor = 192;
@@ -84,6 +72,9 @@ constexpr char kClassIb[] = "/sys/class/infiniband";  // also the prefix of infi
 constexpr char kVerbsAbi[] = "/sys/class/infiniband_verbs/abi_version";
 constexpr char kDevIb[] = "/dev/infiniband";
 constexpr char kDevNode[] = "/dev/infiniband/uverbs-droce";
+constexpr char kCmNode[] = "/dev/infiniband/rdma_cm";
+// The kernel's rdma_cm is a misc device (major 10, a dynamic minor).
+constexpr unsigned kMiscMajor = 10, kCmMinor = 58;
 
 // Set while this thread builds the tree: its own calls are not mapped (the
 // tree does not exist yet), and nothing it calls can wait for itself.
@@ -248,6 +239,12 @@ void build_tree() {
   if (REAL(lstat)((r + "/class/infiniband_verbs/abi_version").c_str(), &st) != 0) {
     write_file(r + "/class/infiniband_verbs/abi_version", "6");  // the kernel's uverbs ABI
   }
+  // rdma_ucm's ABI (RDMA_USER_CM_ABI_VERSION), which librdmacm checks when
+  // it cannot ask over netlink; the host's if it has rdma_ucm.
+  if (REAL(lstat)((r + "/class/infiniband_ucma").c_str(), &st) != 0) {
+    make_dirs(r + "/class/infiniband_ucma");
+    write_file(r + "/class/infiniband_ucma/abi_version", "4");
+  }
   const int n = std::min(device_count(), config::kMaxDevices);
   for (int i = 0; i < n; ++i) write_device(i);
 }
@@ -268,7 +265,7 @@ const char* tree() {
 // ---------------------------------------------------------------------------
 // Paths.
 
-enum class Kind { kPass, kSysfs, kDevNode, kDevDir };
+enum class Kind { kPass, kSysfs, kDevNode, kDevDir, kCmNode };
 
 struct Target {
   Kind kind = Kind::kPass;
@@ -325,6 +322,10 @@ Target classify(const char* p) {
     return t;
   }
   if (rest[0] != '/') return t;
+  if (strcmp(rest + 1, "rdma_cm") == 0) {
+    t.kind = Kind::kCmNode;  // librdmacm's rdma_ucm device (rdma_cm.cc)
+    return t;
+  }
   const int index = parse_index(rest + 1, "uverbs-droce");
   if (index < 0 || strchr(rest + 1, '/') != nullptr) return t;
   t.kind = Kind::kDevNode;
@@ -337,6 +338,17 @@ int fake_stat(const Target& t, struct stat* st) {
   if (t.kind == Kind::kDevNode && t.index < 0) {
     errno = ENOENT;
     return -1;
+  }
+  if (t.kind == Kind::kCmNode) {
+    // The host's rdma_cm numbers if it has that device (librdmacm may have
+    // learnt them over netlink and compares), else misc's major.
+    struct stat real;
+    const bool host = REAL(stat)(kCmNode, &real) == 0 && S_ISCHR(real.st_mode);
+    if (REAL(stat)("/dev/null", st) != 0) return -1;
+    st->st_mode = S_IFCHR | 0666;
+    st->st_rdev = host ? real.st_rdev : makedev(kMiscMajor, kCmMinor);
+    st->st_ino = 0x72636d;
+    return 0;
   }
   const bool node = t.kind == Kind::kDevNode;
   if (REAL(stat)(node ? "/dev/null" : "/dev", st) != 0) return -1;
@@ -355,7 +367,7 @@ int fake_access(const Target& t, int mode) {
     errno = ENOENT;
     return -1;
   }
-  if ((t.kind == Kind::kDevNode && (mode & X_OK)) || (t.kind == Kind::kDevDir && (mode & W_OK))) {
+  if (((t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) && (mode & X_OK)) || (t.kind == Kind::kDevDir && (mode & W_OK))) {
     errno = EACCES;
     return -1;
   }
@@ -367,6 +379,7 @@ int fake_access(const Target& t, int mode) {
 // now a program may check that it can open the node, and droce's own verbs
 // never use it.
 int fake_open(const Target& t, int flags, int (*real_open)(const char*, int, ...)) {
+  if (t.kind == Kind::kCmNode && !(flags & O_DIRECTORY)) return cm_open_channel(flags);
   if (t.kind != Kind::kDevNode || t.index < 0) {
     errno = ENOENT;
     return -1;
@@ -423,7 +436,7 @@ extern "C" {
   if (maybe_ours(call_path)) {                                      \
     const Target t = classify(call_path);                           \
     if (t.kind == Kind::kSysfs) return real_fn(t.path, __VA_ARGS__); \
-    if (t.kind == Kind::kDevNode) return fake_open(t, flags, REAL(open)); \
+    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) return fake_open(t, flags, REAL(open)); \
   }                                                                 \
   return real_fn(call_path, __VA_ARGS__)
 
@@ -444,7 +457,7 @@ int __open64_2(const char* path, int flags) { DROCE_OPEN_BODY(REAL(__open64_2), 
   if (maybe_ours(path)) {            \
     const Target t = classify(path);                                      \
     if (t.kind == Kind::kSysfs) return real_fn(dirfd, t.path, __VA_ARGS__); \
-    if (t.kind == Kind::kDevNode) return fake_open(t, flags, REAL(open)); \
+    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) return fake_open(t, flags, REAL(open)); \
   }                                                                       \
   return real_fn(dirfd, path, __VA_ARGS__)
 
@@ -484,8 +497,8 @@ DIR* opendir(const char* path) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
     if (t.kind == Kind::kSysfs) return REAL(opendir)(t.path);
-    if (t.kind == Kind::kDevNode) {
-      errno = t.index < 0 ? ENOENT : ENOTDIR;
+    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) {
+      errno = t.kind == Kind::kDevNode && t.index < 0 ? ENOENT : ENOTDIR;
       return nullptr;
     }
   }
@@ -527,7 +540,7 @@ int statx(int dirfd, const char* path, int flags, unsigned int mask, struct stat
     if (t.kind != Kind::kPass) {
       struct stat st;
       if (fake_stat(t, &st) != 0) return -1;
-      if (REAL(statx)(AT_FDCWD, t.kind == Kind::kDevNode ? "/dev/null" : "/dev", flags, mask, buf) != 0) {
+      if (REAL(statx)(AT_FDCWD, t.kind != Kind::kDevDir ? "/dev/null" : "/dev", flags, mask, buf) != 0) {
         return -1;
       }
       buf->stx_mode = static_cast<uint16_t>(st.st_mode);

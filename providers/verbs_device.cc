@@ -24,6 +24,15 @@ using droce::provider::ContextState;
 using droce::provider::to_ctx;
 
 namespace droce::provider {
+
+uint64_t node_guid_host(const engine::PortInfo& p) {
+  // EUI-64 from the MAC, as RoCE NICs derive it.
+  const auto& m = p.mac;
+  return (uint64_t{static_cast<uint8_t>(m[0] ^ 2)} << 56) | (uint64_t{m[1]} << 48) |
+         (uint64_t{m[2]} << 40) | (uint64_t{0xFF} << 32) | (uint64_t{0xFE} << 24) |
+         (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
+}
+
 namespace {
 
 constexpr const char* kIbdevPrefix = "/sys/class/infiniband/droce";
@@ -66,14 +75,6 @@ bool is_ours(ibv_context* c) {
 void report_once(const std::string& msg) {
   static std::once_flag once;
   std::call_once(once, [&] { std::fprintf(stderr, "droce: %s\n", msg.c_str()); });
-}
-
-uint64_t node_guid_host(const engine::PortInfo& p) {
-  // EUI-64 from the MAC, as RoCE NICs derive it.
-  const auto& m = p.mac;
-  return (uint64_t{static_cast<uint8_t>(m[0] ^ 2)} << 56) | (uint64_t{m[1]} << 48) |
-         (uint64_t{m[2]} << 40) | (uint64_t{0xFF} << 32) | (uint64_t{0xFE} << 24) |
-         (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
 }
 
 // The port's GID at `index`: 0 the IPv4-mapped address, 1 the IPv6 address

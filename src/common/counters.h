@@ -46,7 +46,10 @@ namespace droce {
   X(self_loop_pkts, "frames sent to the port's own address, delivered inside the device instead of the link") \
   X(handoff_pkts, "received packets handed to the worker that owns their QP (DROCE_WORKERS > 1)") \
   X(handoff_drop, "received packets dropped because the owning worker's hand-off ring was full") \
-  X(foreign_doorbells, "droced: doorbells a client rang for a QP that is not its own (ignored)")
+  X(foreign_doorbells, "droced: doorbells a client rang for a QP that is not its own (ignored)") \
+  X(gsi_rcvd, "MADs received on QP1 (the GSI QP) and passed to the connection manager")    \
+  X(gsi_sent, "MADs sent from QP1 by the connection manager")                               \
+  X(gsi_drop, "packets to QP1 dropped: not a UD SEND of a 256-byte MAD with Q_Key 0x80010000, no connection manager, or no MAC for the destination within 3 s")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;

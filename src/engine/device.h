@@ -17,6 +17,7 @@
 // the owner's doorbell.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -55,6 +56,19 @@ struct Worker;
 struct DoorbellSource {
   uint64_t owner = 0;
   std::vector<std::unique_ptr<queue::DoorbellQueue>> queues;  // [worker]
+};
+
+// A MAD received on QP1: where it came from and its 256 bytes.
+struct GsiMad {
+  wire::Ipv6Addr sgid{}, dgid{};
+  uint32_t src_qpn = 0;
+  uint8_t tclass = 0, hop_limit = 0;
+  uint8_t mad[256];
+};
+class GsiSink {
+ public:
+  virtual ~GsiSink() = default;
+  virtual void OnGsi(const GsiMad& mad) = 0;
 };
 
 struct QpEntry {
@@ -219,6 +233,19 @@ class Device final : public Session {
   // Kills the device as an engine failure does (droced's shutdown): every
   // QP in error, IBV_EVENT_DEVICE_FATAL to every sink.
   void Shutdown(const char* why);
+
+  // QP1, the GSI QP, for the connection manager (gsi.cc): a UD QP with the
+  // well-known Q_Key 0x80010000 whose MADs go to one sink instead of a
+  // receive queue. The sink is called on a worker thread and must only hand
+  // the MAD on; without one, MADs to QP1 are dropped (gsi_drop).
+  void SetGsiSink(GsiSink* sink) { gsi_sink_.store(sink, std::memory_order_release); }
+  // Queues a MAD from QP1 to (dgid, dqpn); worker 0 sends it once the
+  // destination's MAC is known (ARP/ND), or drops it after 3 s. Any thread.
+  void SendGsi(const wire::Ipv6Addr& sgid, const wire::Ipv6Addr& dgid, uint32_t dqpn, uint8_t tclass,
+               const uint8_t* mad);
+  // Whether dgid's MAC has been resolved (1), or not yet (0: asked, worker 0
+  // resolves it). Any thread.
+  int ResolveNeighbor(const wire::Ipv6Addr& dgid);
 
   // Shared by every worker's TransportEnv.
   bool InvalidateRkey(uint32_t rkey, uint32_t pd);
@@ -422,6 +449,23 @@ class Device final : public Session {
   uint32_t subnet_mask_ = 0;
   uint16_t vlan_tci_ = 0;  // 0: untagged
   std::atomic<uint16_t> ip_id_{0};  // IPv4 identification for ICMP replies
+  // QP1 (gsi.cc).
+  struct GsiOut {
+    wire::Ipv6Addr sgid{}, dgid{};
+    uint32_t dqpn = 0;
+    uint8_t tclass = 0;
+    bool resolve_only = false;
+    uint64_t since_ns = 0;
+    std::array<uint8_t, 256> mad{};
+  };
+  void HandleGsi(Worker& w, const wire::PacketView& v);
+  bool DrainGsi(Worker& w);
+  std::atomic<GsiSink*> gsi_sink_{nullptr};
+  std::atomic<bool> gsi_pending_{false};
+  std::mutex gsi_mu_;
+  std::vector<GsiOut> gsi_out_;               // under gsi_mu_
+  std::vector<wire::Ipv6Addr> gsi_known_;     // resolved neighbours, under gsi_mu_
+  uint32_t gsi_psn_ = 0;                      // worker 0's
 };
 
 }  // namespace droce::engine

@@ -240,6 +240,7 @@ bool Device::PollOnce(Worker& w) {
       w.active.pop_back();
     }
   }
+  if (w.index == 0 && gsi_pending_.load(std::memory_order_relaxed)) busy |= DrainGsi(w);
   if (!w.mcast_loop.empty()) {
     LoopBackMulticast(w);
     busy = true;
@@ -418,6 +419,11 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
   if (!for_port) {
     ++w.stats.non_roce_drop;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (v.bth.dqpn == 1) {  // QP1: the connection manager's (gsi.cc)
+    HandleGsi(w, v);
     rte_pktmbuf_free(m);
     return;
   }

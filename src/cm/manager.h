@@ -1,0 +1,262 @@
+// The connection manager: the RDMA CM's identifiers, port spaces, address
+// and route resolution and events (what Linux's rdma_cm offers librdmacm
+// through rdma_ucm), over the IB Communication Manager protocol on QP1
+// (mad.h). One Manager serves every droce port of a process (embedded
+// mode). It is DPDK-free and single-threaded: its owner serialises the
+// calls (the provider's CM thread and the application's rdma_ucm writes
+// under one mutex) and gives it the time; tests drive it in virtual time
+// with two managers wired to each other (tests/unit/cm_manager_test.cc).
+//
+// Each command returns 0 or a negative errno, as the kernel's ucma_write
+// does. Events go to the EventFn as they happen, inside the call that made
+// them (a command, OnMad or OnTimer).
+#pragma once
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "cm/mad.h"
+
+namespace droce::cm {
+
+// rdma_cm's event numbers (enum rdma_cm_event_type).
+enum EventType : uint32_t {
+  kAddrResolved = 0,
+  kAddrError,
+  kRouteResolved,
+  kRouteError,
+  kConnectRequest,
+  kConnectResponse,
+  kConnectError,
+  kUnreachable,
+  kRejected,
+  kEstablished,
+  kDisconnected,
+  kDeviceRemoval,
+  kMulticastJoin,
+  kMulticastError,
+  kAddrChange,
+  kTimewaitExit,
+};
+
+// Port spaces (enum rdma_ucm_port_space) and QP types (enum ibv_qp_type).
+inline constexpr uint16_t kRdmaPsIpoib = 0x0002, kRdmaPsIb = 0x013F, kRdmaPsTcp = 0x0106, kRdmaPsUdp = 0x0111;
+inline constexpr uint8_t kQpRc = 2, kQpUd = 4;
+inline constexpr uint32_t kUdpQkey = 0x01234567;  // RDMA_UDP_QKEY
+inline constexpr uint32_t kIbMulticastQpn = 0xFFFFFF;
+
+// An IP address and port as the CM keeps them: IPv4 as the IPv4-mapped GID.
+struct IpAddr {
+  bool v6 = false;
+  Gid ip{};
+  uint16_t port = 0;  // host order
+  bool any() const;
+  bool loopback() const;
+  bool operator==(const IpAddr&) const = default;
+};
+// sockaddr_in / sockaddr_in6 <-> IpAddr; false for other families or lengths.
+bool from_sockaddr(const sockaddr* sa, size_t len, IpAddr* out);
+void to_sockaddr(const IpAddr& a, sockaddr_in6* out);  // sockaddr_in for IPv4 (it fits)
+Gid ipv4_gid(uint32_t ip_host);
+
+// What the manager needs of a droce port, and how it reaches QP1 there.
+struct LocalPort {
+  int dev = 0;              // the device index (droce<dev>)
+  uint64_t node_guid = 0;   // host order
+  uint32_t ip4 = 0;         // host order
+  uint8_t prefix_len = 24;
+  bool has_ip6 = false;
+  Gid ip6{};
+  uint8_t active_mtu = 3;   // enum ibv_mtu
+  uint8_t ack_delay = 15;   // local_ca_ack_delay
+};
+class PortIo {
+ public:
+  virtual ~PortIo() = default;
+  // Sends a MAD from QP1 to (dgid, dqpn) with Q_Key kGsiQkey.
+  virtual void SendMad(const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass,
+                       std::span<const uint8_t, kMadSize> mad) = 0;
+  // Whether dgid's link-layer address is known: 1 yes, 0 not yet (asked),
+  // <0 an errno (no route).
+  virtual int Resolve(const Gid& dgid) = 0;
+};
+
+// Where a MAD came from (its IP header and DETH).
+struct MadSource {
+  Gid sgid{}, dgid{};
+  uint32_t src_qpn = 0;
+  uint8_t tclass = 0, hop_limit = 0;
+};
+
+// An address vector as rdma_cm reports it (struct ib_uverbs_ah_attr).
+struct AhInfo {
+  Gid dgid{};
+  uint32_t flow_label = 0;
+  uint8_t sgid_index = 0, hop_limit = 64, traffic_class = 0;
+  uint8_t sl = 0, is_global = 1, port_num = 1;
+};
+
+// rdma_ucm_conn_param / rdma_ucm_ud_param, both ways.
+struct ConnParam {
+  uint32_t qp_num = 0;
+  uint32_t qkey = 0;
+  uint8_t private_data[256] = {};
+  uint8_t private_data_len = 0;
+  uint8_t srq = 0;
+  uint8_t responder_resources = 0;
+  uint8_t initiator_depth = 0;
+  uint8_t flow_control = 0;
+  uint8_t retry_count = 0;
+  uint8_t rnr_retry_count = 0;
+  bool valid = false;
+  AhInfo ah;  // UD events
+};
+
+struct Event {
+  uint32_t id = 0;      // the identifier it is for (a new one for CONNECT_REQUEST)
+  uint32_t parent = 0;  // CONNECT_REQUEST: the listener
+  uint32_t mc = 0;      // MULTICAST_JOIN/ERROR: the join
+  uint32_t event = 0;
+  int32_t status = 0;
+  bool ud = false;      // param is rdma_ucm_ud_param
+  ConnParam param;
+};
+using EventFn = std::function<void(const Event&)>;
+
+// QP attributes rdma_init_qp_attr gives (a subset of ib_uverbs_qp_attr).
+struct QpAttr {
+  uint32_t mask = 0;  // IBV_QP_* bits
+  uint32_t qp_state = 0, path_mtu = 0, qkey = 0, rq_psn = 0, sq_psn = 0, dest_qp_num = 0, access = 0;
+  AhInfo ah;
+  uint16_t pkey_index = 0;
+  uint8_t max_rd_atomic = 0, max_dest_rd_atomic = 0, min_rnr_timer = 0, port_num = 1, timeout = 0,
+          retry_cnt = 0, rnr_retry = 0;
+};
+
+// What QUERY_ROUTE reports.
+struct RouteInfo {
+  uint64_t node_guid = 0;  // host order; 0 while the id has no device
+  int dev = -1;
+  IpAddr src, dst;
+  Gid sgid{}, dgid{};
+  uint32_t num_paths = 0;
+  uint8_t mtu = 0, hop_limit = 64, traffic_class = 0, packet_life_time = 0;
+};
+
+struct CmStats {
+  uint64_t mads_in = 0, mads_out = 0, retransmits = 0, bad_mads = 0, unknown_comm_id = 0, rejects_sent = 0,
+           no_listener = 0, duplicates = 0, stale = 0, flood_rejects = 0, ids = 0;
+};
+
+class Manager {
+ public:
+  using Clock = std::function<uint64_t()>;  // ns
+  Manager(EventFn events, Clock clock, uint64_t seed);
+  ~Manager();
+
+  void AddPort(const LocalPort& port, PortIo* io);
+  // The port went away: DEVICE_REMOVAL to every id on it.
+  void RemovePort(int dev);
+
+  int CreateId(uint16_t ps, uint8_t qp_type, uint32_t* id);
+  // Destroys an id as rdma_destroy_id does (REJ or DREQ to a peer as the
+  // state calls for); unknown ids: -EINVAL.
+  int DestroyId(uint32_t id);
+  int Bind(uint32_t id, const IpAddr& addr);
+  int ResolveAddr(uint32_t id, const IpAddr* src, const IpAddr& dst, uint32_t timeout_ms);
+  int ResolveRoute(uint32_t id, uint32_t timeout_ms);
+  int QueryRoute(uint32_t id, RouteInfo* out) const;
+  int Listen(uint32_t id, int backlog);
+  int Connect(uint32_t id, const ConnParam& p);
+  // p == nullptr: the active side's accept after CONNECT_RESPONSE (sends RTU).
+  int Accept(uint32_t id, const ConnParam* p);
+  int Reject(uint32_t id, uint8_t reason, const uint8_t* data, uint8_t len);
+  int Disconnect(uint32_t id);
+  int InitQpAttr(uint32_t id, uint32_t state, QpAttr* out) const;
+  int Notify(uint32_t id, uint32_t event);
+  int SetOption(uint32_t id, uint32_t level, uint32_t name, const void* value, size_t len);
+  int JoinMulticast(uint32_t id, const IpAddr& group, uint32_t* mc);
+  int LeaveMulticast(uint32_t mc, uint32_t* id);
+  bool Exists(uint32_t id) const { return ids_.contains(id); }
+
+  void OnMad(int dev, const MadSource& src, std::span<const uint8_t> mad);
+  // Runs what is due; returns the next deadline (ns), or 0 for none.
+  uint64_t OnTimer();
+
+  const CmStats& stats() const { return stats_; }
+
+ private:
+  enum class St : uint8_t;
+  struct Id;
+  struct Timewait {
+    uint64_t remote_guid = 0;
+    uint32_t remote_comm_id = 0, remote_qpn = 0;
+    Gid remote_gid{};
+    uint64_t until = 0;
+  };
+  struct Port {
+    LocalPort info;
+    PortIo* io = nullptr;
+  };
+  struct Mcast {
+    uint32_t id = 0;
+    Gid mgid{};
+  };
+
+  Id* Find(uint32_t id) const;
+  Id* FindByComm(uint32_t local_comm_id) const;
+  Port* PortOf(int dev);
+  const Port* PortOf(int dev) const;
+  const Port* PortForSource(const IpAddr& a) const;
+  const Port* PortForDestination(const IpAddr& a) const;
+  Gid PortGid(const Port& p, bool v6) const;
+  int BindPort(Id* id, const IpAddr& addr);
+  void Unbind(Id* id);
+  uint32_t NewHandle();
+  uint32_t NewCommId();
+  uint32_t RandomPsn() { return static_cast<uint32_t>(rng_()) & 0xFFFFFF; }
+  void Emit(const Id& id, uint32_t event, int32_t status, const ConnParam* p = nullptr);
+  void Send(const Id& id, const Message& m, uint64_t tid);
+  void SendTo(int dev, const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass, const Message& m,
+              uint64_t tid);
+  void SendRemembered(Id* id, const Message& m, uint64_t timeout_ns, unsigned retries);
+  void EnterTimewait(Id* id);
+  void DropTimer(Id* id);
+  AhInfo AhTo(const Id& id, const Gid& dgid) const;
+  uint8_t AckTimeout(const Id& id) const;
+
+  void HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r);
+  void HandleMra(const Mra& m);
+  void HandleRej(const Rej& m);
+  void HandleRep(int dev, const MadSource& src, const MadHeader& h, const Rep& m);
+  void HandleRtu(const Rtu& m);
+  void HandleDreq(int dev, const MadSource& src, const MadHeader& h, const Dreq& m);
+  void HandleDrep(const Drep& m);
+  void HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m);
+  void HandleSidrRep(const SidrRep& m);
+  Id* FindListener(uint16_t ps, const IpAddr& dst, int dev) const;
+  void RejectReq(int dev, const MadSource& src, const MadHeader& h, uint32_t remote_comm_id, uint16_t reason);
+
+  EventFn events_;
+  Clock clock_;
+  std::mt19937_64 rng_;
+  std::vector<Port> ports_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Id>> ids_;
+  absl::flat_hash_map<uint32_t, uint32_t> by_comm_;  // local comm id -> id
+  std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> bound_;  // (ps, port) -> ids
+  absl::flat_hash_map<uint32_t, Mcast> mcasts_;
+  std::vector<Timewait> timewait_;
+  uint32_t next_handle_ = 1;
+  CmStats stats_;
+};
+
+}  // namespace droce::cm
