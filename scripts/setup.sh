@@ -19,6 +19,9 @@ packages=(
   libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # UCX as a verbs consumer that looks at /dev/infiniband and sysfs (ucx_info)
   ucx-utils
+  # librdmacm programs over droce's connection manager (tests/integration/cm_pair.sh),
+  # rsockets, libfabric's verbs provider, and tshark to decode the CM MADs
+  rdmacm-utils libfabric-bin tshark
   # Open MPI over droce (pml ucx; tests/integration/mpi_jobs.sh, slow suite)
   openmpi-bin libopenmpi-dev
   # tools used by the scripts and tests

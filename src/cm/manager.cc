@@ -143,9 +143,12 @@ bool from_sockaddr(const sockaddr* sa, size_t len, IpAddr* out) {
   if (sa->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
     *out = IpAddr{};
-    out->v6 = true;
     std::memcpy(out->ip.data(), &in6->sin6_addr, 16);
     out->port = ntohs(in6->sin6_port);
+    // An IPv4-mapped IPv6 address (getaddrinfo's AI_V4MAPPED) is the IPv4
+    // address: the same GID, the same port.
+    static constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF};
+    out->v6 = std::memcmp(out->ip.data(), kMapped, 12) != 0;
     return true;
   }
   return false;
@@ -416,6 +419,13 @@ int Manager::ResolveAddr(uint32_t handle, const IpAddr* src, const IpAddr& dst_i
   id->dst = dst;
   id->have_dst = true;
   id->dgid = dst.ip;
+  const bool multicast = dst.v6 ? dst.ip[0] == 0xFF : (dst.ip[12] & 0xF0) == 0xE0;
+  if (multicast) {
+    // A group address needs no neighbour: its MAC follows from it.
+    id->state = St::kAddrResolved;
+    Emit(*id, kAddrResolved, 0);
+    return 0;
+  }
   id->state = St::kAddrQuery;
   id->addr_deadline = clock_() + uint64_t{timeout_ms == 0 ? 2000u : timeout_ms} * kMs;
   id->deadline = clock_();  // the first look now, in OnTimer

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Runs an unmodified librdmacm program as a server and a client, two
+# processes under droce over a memif link (embedded mode, the connection
+# manager in each process), and checks that both exit 0:
+#
+#   cm_pair.sh LAUNCHER [--expect REGEX]... -- SERVER ARGS... -- CLIENT ARGS...
+#
+# @S@ in the arguments is the server's address (10.78.0.1), @C@ the
+# client's. The client is started again while it fails and the server
+# lives (at most 5 times: it may come before the server listens). --expect REGEX: a line the client's or the
+# server's output must have. With DROCE_TEST_NETNS=1 the two run in two
+# network namespaces on a veth pair over af_packet instead of memif.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=pair_common.sh
+source "$here/pair_common.sh"
+
+launcher=$1
+shift
+expects=()
+while [ "${1:-}" = --expect ]; do
+  expects+=("$2")
+  shift 2
+done
+[ "${1:-}" = -- ] || { echo "usage: cm_pair.sh LAUNCHER [--expect RE] -- SERVER... -- CLIENT..." >&2; exit 2; }
+shift
+server_cmd=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do server_cmd+=("$1"); shift; done
+shift
+client_cmd=("$@")
+
+s_ip=10.78.0.1 c_ip=10.78.0.2
+subst() { local a; for a in "$@"; do a=${a//@S@/$s_ip}; printf '%s\n' "${a//@C@/$c_ip}"; done; }
+mapfile -t server_cmd < <(subst "${server_cmd[@]}")
+mapfile -t client_cmd < <(subst "${client_cmd[@]}")
+
+dir=$(mktemp -d "${TMPDIR:-/tmp}/droce-cm.XXXXXX")
+sock="$dir/memif.sock"
+netns=${DROCE_TEST_NETNS:-0}
+ns_s="" ns_c=""
+server_pid="" client_pid=""
+cleanup() {
+  kill_group "$client_pid"
+  kill_group "$server_pid"
+  if [ "$netns" = 1 ]; then
+    ip netns del "$ns_s" 2>/dev/null
+    ip netns del "$ns_c" 2>/dev/null
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+if [ "$netns" = 1 ]; then
+  ns_s="droce-cms-$$" ns_c="droce-cmc-$$"
+  ip netns add "$ns_s" && ip netns add "$ns_c" || { echo "cannot make namespaces" >&2; exit 77; }
+  ip link add "cms$$" type veth peer name "cmc$$" || exit 77
+  ip link set "cms$$" netns "$ns_s" && ip link set "cmc$$" netns "$ns_c"
+  ip -n "$ns_s" link set "cms$$" up && ip -n "$ns_c" link set "cmc$$" up
+  s_link="net_af_packet0,iface=cms$$" c_link="net_af_packet0,iface=cmc$$"
+  s_run=(ip netns exec "$ns_s") c_run=(ip netns exec "$ns_c")
+else
+  s_link="net_memif0,role=server,socket=$sock,socket-abstract=no"
+  c_link="net_memif0,role=client,socket=$sock,socket-abstract=no"
+  s_run=() c_run=()
+fi
+
+timeout 60 "${s_run[@]}" "$launcher" exec --link "$s_link" --ip "$s_ip/24" -- "${server_cmd[@]}" \
+  >"$dir/server.log" 2>&1 &
+server_pid=$!
+sleep 1
+
+start_client() {
+  timeout 45 "${c_run[@]}" "$launcher" exec --link "$c_link" --ip "$c_ip/24" -- "${client_cmd[@]}" >"$1" 2>&1 &
+  last_pid=$!
+}
+client_rc=255
+attempt=0
+while :; do
+  attempt=$((attempt + 1))
+  log="$dir/client.$attempt.log"
+  start_client "$log"
+  client_pid=$last_pid
+  wait "$client_pid"
+  client_rc=$?
+  client_pid=""
+  # Not listening yet (a memif server's device, and so its listener, comes
+  # up only once a client has connected the link): the client's REQ gets a
+  # REJ (reason 8) and the program exits non-zero, each in its own words.
+  if [ "$client_rc" -ne 0 ] && [ "$attempt" -lt 5 ] && kill -0 "$server_pid" 2>/dev/null; then
+    sleep 1
+    continue
+  fi
+  break
+done
+end_server "$server_pid"
+
+echo "--- server: ${server_cmd[*]}"
+cat "$dir/server.log"
+for i in $(seq 1 "$attempt"); do
+  echo "--- client (attempt $i): ${client_cmd[*]}"
+  cat "$dir/client.$i.log"
+done
+fail=0
+[ "$server_rc" -eq 0 ] || { echo "FAIL: server exited $server_rc"; fail=1; }
+[ "$client_rc" -eq 0 ] || { echo "FAIL: client exited $client_rc"; fail=1; }
+for re in "${expects[@]}"; do
+  grep -qE -- "$re" "$dir/server.log" "$dir/client.$attempt.log" || { echo "FAIL: no line matches: $re"; fail=1; }
+done
+[ "$fail" -eq 0 ] && echo "OK"
+exit "$fail"
