@@ -7,7 +7,7 @@
 # SECONDS is per target (default 10). Binaries and the grown corpora live in
 # WORKDIR (`meson test` passes build/fuzz; default: a temporary directory,
 # removed after a clean run); binaries are rebuilt only when a source changed. The
-# seed corpus in tests/fuzz/corpus/ is read, never written. Exit status: 0
+# seed corpora in tests/fuzz/corpus*/ are read, never written. Exit status: 0
 # when every target ran without a crash, 1 on a crash or build failure, 77
 # (skip) when clang++ is missing. Crash inputs are left in WORKDIR.
 set -euo pipefail
@@ -52,11 +52,19 @@ ctl_srcs=("$root"/src/ctl/protocol.cc)
 ctl_libs=(-labsl_status -labsl_strings -labsl_cord -labsl_cord_internal -labsl_cordz_info -labsl_str_format_internal
           -labsl_strings_internal -labsl_throw_delegate -labsl_raw_logging_internal -labsl_int128 -labsl_base
           -labsl_spinlock_wait)
-targets=(parse_fuzz build_fuzz ctl_fuzz)
+# cm_fuzz: the CM MAD decoder and the connection manager (src/cm/).
+cm_srcs=("$root"/src/cm/*.cc)
+cm_libs=(-labsl_hash -labsl_city -labsl_low_level_hash -labsl_raw_hash_set -labsl_base -labsl_raw_logging_internal
+         -labsl_spinlock_wait -labsl_throw_delegate)
+targets=(parse_fuzz build_fuzz ctl_fuzz cm_fuzz)
 for t in "${targets[@]}"; do
   bin=$work/$t
-  if [ "$t" = ctl_fuzz ]; then srcs=("${ctl_srcs[@]}"); libs=("${ctl_libs[@]}"); else srcs=("${wire_srcs[@]}"); libs=(-lisal); fi
-  if stale "$bin" "$here/$t.cc" "${srcs[@]}" "$root"/src/ctl/*.h; then
+  case $t in
+    ctl_fuzz) srcs=("${ctl_srcs[@]}"); libs=("${ctl_libs[@]}") ;;
+    cm_fuzz) srcs=("${cm_srcs[@]}"); libs=("${cm_libs[@]}") ;;
+    *) srcs=("${wire_srcs[@]}"); libs=(-lisal) ;;
+  esac
+  if stale "$bin" "$here/$t.cc" "${srcs[@]}" "$root"/src/ctl/*.h "$root"/src/cm/*.h; then
     echo "fuzz: building $t"
     if ! "$cxx" "${flags[@]}" -o "$bin.tmp" "$here/$t.cc" "${srcs[@]}" "${libs[@]}"; then
       echo "fuzz: FAILED to build $t"
@@ -75,7 +83,7 @@ for t in "${targets[@]}"; do
   # New inputs go to $corpus (first directory); the seed corpus is read only.
   if (cd "$work" && "./$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
         -max_len=10000 -print_final_stats=1 -artifact_prefix="$work/$t-" \
-        "$corpus" "$here/$([ "$t" = ctl_fuzz ] && echo corpus_ctl || echo corpus)") >"$log" 2>&1; then
+        "$corpus" "$here/$(case $t in ctl_fuzz) echo corpus_ctl ;; cm_fuzz) echo corpus_cm ;; *) echo corpus ;; esac)") >"$log" 2>&1; then
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
     echo "fuzz: $t ok: ${execs:-?} executions, ${cov:-cov: ?}"
