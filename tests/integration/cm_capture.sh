@@ -46,18 +46,19 @@ ip netns exec "$ns_s" tcpdump -i "$if_s" -w "$dir/s.pcap" -U -s 0 "udp port 4791
 tcpdump_pid="$tcpdump_pid $!"
 sleep 1
 
-run_s() { timeout 30 ip netns exec "$ns_s" "$launcher" exec --link "net_af_packet0,iface=$if_s" --ip "$s_ip/24" -- "$@"; }
+# Servers in the background: `timeout` leads a process group of its own ($!).
+s_exec=(ip netns exec "$ns_s" "$launcher" exec --link "net_af_packet0,iface=$if_s" --ip "$s_ip/24" --)
 run_c() { timeout 30 ip netns exec "$ns_c" "$launcher" exec --link "net_af_packet0,iface=$if_c" --ip "$c_ip/24" -- "$@"; }
 
 # 1. connect, 10 pings, disconnect.
-run_s rping -s -a "$s_ip" -C 10 >"$dir/s1.log" 2>&1 &
+timeout 30 "${s_exec[@]}" rping -s -a "$s_ip" -C 10 >"$dir/s1.log" 2>&1 &
 pids+=($!)
 sleep 1.5
 run_c rping -c -a "$s_ip" -C 10 >"$dir/c1.log" 2>&1 || { cat "$dir"/s1.log "$dir"/c1.log; fail "rping failed"; }
 wait "${pids[0]}" || fail "rping server failed"
 # 2. a REQ for a port nobody listens on: a REJ (invalid service ID), and
 #    the client exits with an error.
-run_s rping -s -a "$s_ip" -p 7174 -C 1 >"$dir/s2.log" 2>&1 &
+timeout 30 "${s_exec[@]}" rping -s -a "$s_ip" -p 7174 -C 1 >"$dir/s2.log" 2>&1 &
 pids+=($!)
 sleep 1.5
 if run_c rping -c -a "$s_ip" -p 7999 -C 1 >"$dir/c2.log" 2>&1; then fail "a connect to no listener succeeded"; fi
@@ -65,7 +66,7 @@ if run_c rping -c -a "$s_ip" -p 7999 -C 1 >"$dir/c2.log" 2>&1; then fail "a conn
 kill -TERM -- "-${pids[1]}" 2>/dev/null
 wait "${pids[1]}" 2>/dev/null
 # 3. SIDR.
-run_s udaddy -b "$s_ip" >"$dir/s3.log" 2>&1 &
+timeout 30 "${s_exec[@]}" udaddy -b "$s_ip" >"$dir/s3.log" 2>&1 &
 pids+=($!)
 sleep 1.5
 run_c udaddy -s "$s_ip" >"$dir/c3.log" 2>&1 || { cat "$dir"/s3.log "$dir"/c3.log; fail "udaddy failed"; }
