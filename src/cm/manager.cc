@@ -326,11 +326,11 @@ int Manager::DestroyId(uint32_t handle) {
 int Manager::BindPort(Id* id, const IpAddr& want) {
   IpAddr a = want;
   const Port* port = nullptr;
-  if (a.loopback()) {
-    // rdma_cm binds a loopback address to the first device.
-    if (ports_.empty()) return -EADDRNOTAVAIL;
-    port = &ports_.front();
-  } else if (!a.any()) {
+  // A loopback address binds no device yet, as a wildcard (rdma_cm gives
+  // such an id a device only when it resolves or listens): libfabric's
+  // verbs provider lists a device's addresses by binding each interface
+  // address and keeping those that got one.
+  if (!a.any() && !a.loopback()) {
     port = PortForSource(a);
     if (port == nullptr) return -EADDRNOTAVAIL;
   }
@@ -428,7 +428,7 @@ int Manager::ResolveAddr(uint32_t handle, const IpAddr* src, const IpAddr& dst_i
   }
   id->state = St::kAddrQuery;
   id->addr_deadline = clock_() + uint64_t{timeout_ms == 0 ? 2000u : timeout_ms} * kMs;
-  id->deadline = clock_();  // the first look now, in OnTimer
+  id->deadline = std::max<uint64_t>(clock_(), 1);  // the first look now, in OnTimer (0: no timer)
   OnTimer();
   return 0;
 }

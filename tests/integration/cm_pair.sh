@@ -9,7 +9,8 @@
 # client's. The client is started again while it fails and the server
 # lives (at most 5 times: it may come before the server listens). --expect REGEX: a line the client's or the
 # server's output must have. With DROCE_TEST_NETNS=1 the two run in two
-# network namespaces on a veth pair over af_packet instead of memif.
+# network namespaces on a veth pair over af_packet instead of memif, and
+# with DROCE_TEST_KERNEL_IP=1 as well the veths carry the same addresses.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=pair_common.sh
@@ -56,6 +57,13 @@ if [ "$netns" = 1 ]; then
   ip link add "cms$$" type veth peer name "cmc$$" || exit 77
   ip link set "cms$$" netns "$ns_s" && ip link set "cmc$$" netns "$ns_c"
   ip -n "$ns_s" link set "cms$$" up && ip -n "$ns_c" link set "cmc$$" up
+  ip -n "$ns_s" link set lo up && ip -n "$ns_c" link set lo up
+  if [ "${DROCE_TEST_KERNEL_IP:-0}" = 1 ]; then
+    # The kernel's interface carries droce's address too (af_packet shares
+    # its MAC): for programs that find RDMA addresses among the kernel's
+    # interfaces (libfabric's verbs provider) or talk TCP to the peer first.
+    ip -n "$ns_s" addr add "$s_ip/24" dev "cms$$" && ip -n "$ns_c" addr add "$c_ip/24" dev "cmc$$"
+  fi
   s_link="net_af_packet0,iface=cms$$" c_link="net_af_packet0,iface=cmc$$"
   s_run=(ip netns exec "$ns_s") c_run=(ip netns exec "$ns_c")
 else
