@@ -3,7 +3,7 @@
 # processes under droce over a memif link (embedded mode, the connection
 # manager in each process), and checks that both exit 0:
 #
-#   cm_pair.sh LAUNCHER [--expect REGEX]... -- SERVER ARGS... -- CLIENT ARGS...
+#   cm_pair.sh LAUNCHER [--expect REGEX]... [--server-stays] -- SERVER ARGS... -- CLIENT ARGS...
 #
 # @S@ in the arguments is the server's address (10.78.0.1), @C@ the
 # client's. The client is started again while it fails and the server
@@ -19,9 +19,13 @@ source "$here/pair_common.sh"
 launcher=$1
 shift
 expects=()
-while [ "${1:-}" = --expect ]; do
-  expects+=("$2")
-  shift 2
+server_stays=0
+while :; do
+  case ${1:-} in
+    --expect) expects+=("$2"); shift 2 ;;
+    --server-stays) server_stays=1; shift ;;  # a server that never exits (io_demo): stopped after the client
+    *) break ;;
+  esac
 done
 [ "${1:-}" = -- ] || { echo "usage: cm_pair.sh LAUNCHER [--expect RE] -- SERVER... -- CLIENT..." >&2; exit 2; }
 shift
@@ -100,7 +104,12 @@ while :; do
   fi
   break
 done
-end_server "$server_pid"
+if [ "$server_stays" = 1 ] && [ "$client_rc" -eq 0 ]; then
+  kill_group "$server_pid"
+  server_rc=0
+else
+  end_server "$server_pid"
+fi
 
 echo "--- server: ${server_cmd[*]}"
 cat "$dir/server.log"
