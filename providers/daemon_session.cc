@@ -634,6 +634,13 @@ absl::Status check_config() {
   return Connection::Get().status();
 }
 
+int daemon_call(uint16_t op, const void* req, size_t len, const int* fds, int nfds, void* rep, size_t rep_room) {
+  if (daemon_socket().empty()) return ENODEV;
+  auto c = Connection::Get();
+  if (!c.ok()) return ENODEV;
+  return (*c)->Call(op, 0, req, len, fds, nfds, rep, rep_room);
+}
+
 int device_count() {
   if (daemon_socket().empty()) return engine::Device::Count();
   auto c = Connection::Get();

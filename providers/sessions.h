@@ -21,6 +21,10 @@ int device_count();
 // droce<index>'s session, started (embedded) or attached (client mode) on
 // first use; lives until exit.
 absl::StatusOr<engine::Session*> session_for(int index);
+// One request to droced outside any device session (the connection
+// manager's ops): 0 or the errno, as the session calls; ENODEV in embedded
+// mode or without a daemon.
+int daemon_call(uint16_t op, const void* req, size_t len, const int* fds, int nfds, void* rep, size_t rep_room);
 // A port's node GUID (host order): EUI-64 from its MAC, as RoCE NICs do.
 uint64_t node_guid_host(const engine::PortInfo& p);
 

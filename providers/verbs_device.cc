@@ -25,13 +25,7 @@ using droce::provider::to_ctx;
 
 namespace droce::provider {
 
-uint64_t node_guid_host(const engine::PortInfo& p) {
-  // EUI-64 from the MAC, as RoCE NICs derive it.
-  const auto& m = p.mac;
-  return (uint64_t{static_cast<uint8_t>(m[0] ^ 2)} << 56) | (uint64_t{m[1]} << 48) |
-         (uint64_t{m[2]} << 40) | (uint64_t{0xFF} << 32) | (uint64_t{0xFE} << 24) |
-         (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
-}
+uint64_t node_guid_host(const engine::PortInfo& p) { return engine::node_guid(p); }
 
 namespace {
 

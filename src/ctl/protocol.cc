@@ -43,6 +43,9 @@ constexpr OpShape kShapes[kOpEnd] = {
     {sizeof(Mcast), 0, 0, 0},                           // kDetachMcast
     {0, 0, sizeof(Counters), 0},                        // kReadCounters
     {sizeof(Id), 0, sizeof(QpCounters), 0},             // kReadQpCounters
+    {sizeof(CmChannel), 1, 0, 0},                       // kCmOpen
+    {sizeof(CmChannel), 0, 0, 0},                       // kCmClose
+    {sizeof(CmCommand), 0, sizeof(CmResult), 0},        // kCmCommand
 };
 
 absl::Status Bad(const char* what) { return absl::InvalidArgumentError(what); }
@@ -123,6 +126,12 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
       std::memcpy(&c, p, sizeof(c));
       transport::AddressVector av;
       return FromWire(c.av, &av);
+    }
+    case kCmCommand: {
+      CmCommand c;
+      std::memcpy(&c, p, sizeof(c));
+      if (c.in_len > kCmMaxIn || c.opt_len > kCmMaxOpt) return Bad("CM command length");
+      return absl::OkStatus();
     }
     case kAllocMw: {
       AllocMw a;

@@ -57,6 +57,12 @@ enum Op : uint16_t {
   kDetachMcast,
   kReadCounters,
   kReadQpCounters,
+  // The connection manager (droced hosts it): librdmacm's rdma_ucm
+  // commands from one of the client's event channels, named by the
+  // client's fd of it (cm/ucma.h).
+  kCmOpen,     // CmChannel + the channel's eventfd
+  kCmClose,    // CmChannel
+  kCmCommand,  // CmCommand -> CmResult
   kOpEnd,
 };
 
@@ -218,6 +224,28 @@ struct Mcast {
   uint32_t qpn;
   uint32_t pad;
   uint8_t gid[16];
+};
+
+struct CmChannel {
+  uint32_t fd;  // the client's fd of the channel
+  uint32_t pad;
+};
+inline constexpr uint32_t kCmMaxIn = 320, kCmMaxOpt = 256, kCmMaxOut = 512;
+struct CmCommand {
+  uint32_t fd;
+  uint32_t cmd;      // RDMA_USER_CM_CMD_*
+  uint32_t in_len;   // bytes of `in` used (the command struct)
+  uint32_t out_len;  // the command header's `out`
+  uint32_t opt_len;  // SET_OPTION: the option's value, read by the client
+  uint32_t pad;
+  uint8_t in[kCmMaxIn];
+  uint8_t opt[kCmMaxOpt];
+};
+struct CmResult {
+  int32_t rc;         // 0 or -errno
+  uint32_t len;       // response bytes
+  uint64_t response;  // the client's pointer they go to
+  uint8_t bytes[kCmMaxOut];
 };
 
 // Events, daemon → client, in the event ring (an SPSC queue::Ring of

@@ -166,7 +166,11 @@ struct Msg {
 // Handles one client's requests; knows the client's objects.
 class Handler {
  public:
-  Handler(Server::Client& c, ServerStats& st, const ClientLimits& lim) : c_(c), st_(st), lim_(lim) {}
+  Handler(Server::Client& c, ServerStats& st, const ClientLimits& lim, cm::Ucma* ucma, uint32_t cm_owner)
+      : c_(c), st_(st), lim_(lim), ucma_(ucma), cm_owner_(cm_owner) {}
+  ~Handler() {
+    for (auto& [fd, mine] : cm_fds_) close(mine);
+  }
 
   // Returns false to disconnect the client.
   bool Handle(Msg& m);
@@ -187,12 +191,16 @@ class Handler {
   }
   bool Hello(const ctl::Header& h, Msg& m);
   bool Attach(const ctl::Header& h);
+  bool Cm(const ctl::Header& h, Msg& m);
   bool RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m);
   void DropMr(Server::Client::Dev& d, uint32_t key);
 
   Server::Client& c_;
   ServerStats& st_;
   const ClientLimits& lim_;
+  cm::Ucma* ucma_;
+  uint32_t cm_owner_;  // the high half of this client's channel keys
+  absl::flat_hash_map<uint32_t, int> cm_fds_;  // the client's channel fd -> its eventfd here
 };
 
 bool Handler::Reply(const ctl::Header& h, int err, const void* payload, size_t len, const int* fds, int nfds) {
@@ -382,6 +390,7 @@ bool Handler::Handle(Msg& m) {
   c_.seq = h.seq;
   if (h.op == ctl::kHello) return Hello(h, m);
   if (h.op == ctl::kAttach) return Attach(h);
+  if (h.op == ctl::kCmOpen || h.op == ctl::kCmClose || h.op == ctl::kCmCommand) return Cm(h, m);
   if (h.dev >= c_.devs.size() || !c_.devs[h.dev]->attached) return Reply(h, ENODEV);
   Server::Client::Dev& d = *c_.devs[h.dev];
   engine::Device& dev = *d.dev;
@@ -632,6 +641,56 @@ bool Handler::Handle(Msg& m) {
   }
 }
 
+// librdmacm's commands, run by the shared connection manager on channels
+// keyed by this client and its fd number; the client copies the responses
+// to its pointers (the daemon never writes client memory for the CM).
+bool Handler::Cm(const ctl::Header& h, Msg& m) {
+  if (ucma_ == nullptr) {
+    m.CloseFds();
+    return Reply(h, ENODEV);
+  }
+  if (h.op == ctl::kCmOpen) {
+    const auto c = Payload<ctl::CmChannel>(m);
+    const int fd = m.fds[0];
+    m.fds[0] = -1;
+    m.nfds = 0;
+    // An eventfd, as for the hello's event fd: anything else is refused.
+    char link[64] = "";
+    const std::string path = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+    if (n <= 0 || std::string(link, static_cast<size_t>(n)) != "anon_inode:[eventfd]" || cm_fds_.contains(c.fd) ||
+        cm_fds_.size() >= 1024) {
+      close(fd);
+      return Reply(h, EINVAL);
+    }
+    const int rc = ucma_->OpenChannel(uint64_t{cm_owner_} << 32 | c.fd, fd);
+    if (rc != 0) {
+      close(fd);
+      return Reply(h, -rc);
+    }
+    cm_fds_[c.fd] = fd;
+    return Reply(h, 0);
+  }
+  if (h.op == ctl::kCmClose) {
+    const auto c = Payload<ctl::CmChannel>(m);
+    auto it = cm_fds_.find(c.fd);
+    if (it == cm_fds_.end()) return Reply(h, EBADF);
+    ucma_->CloseChannel(uint64_t{cm_owner_} << 32 | c.fd);
+    close(it->second);
+    cm_fds_.erase(it);
+    return Reply(h, 0);
+  }
+  const auto c = Payload<ctl::CmCommand>(m);
+  const cm::Ucma::Result r =
+      ucma_->Command(uint64_t{cm_owner_} << 32 | c.fd, c.cmd, c.in, c.in_len, c.out_len, {c.opt, c.opt_len});
+  ctl::CmResult rep{};
+  rep.rc = r.rc;
+  rep.len = std::min<uint32_t>(r.len, ctl::kCmMaxOut);
+  rep.response = r.response;
+  std::memcpy(rep.bytes, r.bytes, rep.len);
+  return Reply(h, 0, &rep, sizeof(rep));
+}
+
 // Everything the client owned, in uverbs order, with the engine stopped from
 // touching it before its memory goes: the doorbell queues leave the loops,
 // QPs (out of their groups first) are destroyed — a control call, so when it
@@ -640,6 +699,9 @@ bool Handler::Handle(Msg& m) {
 // again until the 24-bit QPN space wraps (the engine counts up from the last
 // one), so late packets from its peers find no QP and are dropped.
 void Handler::Teardown() {
+  // Its connection manager ids first (DREQ/REJ to their peers), as the
+  // kernel's ucma_close does when the process goes.
+  if (ucma_ != nullptr) ucma_->CloseChannelsOf(cm_owner_);
   for (auto& dp : c_.devs) {
     Server::Client::Dev& d = *dp;
     if (!d.attached) continue;
@@ -685,7 +747,11 @@ void Handler::Teardown() {
 }  // namespace
 
 Server::Server(std::vector<engine::Device*> devices, ServerOptions opt)
-    : devices_(std::move(devices)), opt_(std::move(opt)) {}
+    : devices_(std::move(devices)), opt_(std::move(opt)) {
+  ucma_ = std::make_unique<cm::Ucma>();
+  cm_ports_ = cm::AttachPorts(ucma_.get(), devices_);
+  ucma_->Start();
+}
 
 Server::~Server() {
   if (listen_fd_ >= 0) close(listen_fd_);
@@ -788,7 +854,7 @@ void Server::Stop() {
 
 void Server::Serve(std::shared_ptr<Client> c) {
   pthread_setname_np(pthread_self(), "droced-client");
-  Handler h(*c, stats_, opt_.limits);
+  Handler h(*c, stats_, opt_.limits, ucma_.get(), next_cm_owner_.fetch_add(1, std::memory_order_relaxed));
   auto m = std::make_unique<Msg>();
   const char* why = "disconnected";
   for (;;) {

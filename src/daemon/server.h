@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cm/engine_port.h"
+#include "cm/ucma.h"
 #include "engine/device.h"
 
 namespace droce::daemon {
@@ -85,6 +87,11 @@ class Server {
     std::thread thread;
   };
   std::vector<Live> live_;  // a thread per client; joined once it is done
+  // The connection manager of every device, shared by all clients (their
+  // listeners and port spaces are one endpoint's), started with the server.
+  std::unique_ptr<cm::Ucma> ucma_;
+  std::vector<std::unique_ptr<cm::EnginePort>> cm_ports_;
+  std::atomic<uint32_t> next_cm_owner_{1};
 };
 
 }  // namespace droce::daemon

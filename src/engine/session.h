@@ -58,6 +58,14 @@ struct PortInfo {
 };
 
 // Per-QP words shared with the provider (after the SQ and RQ rings).
+// A port's node GUID (host order): EUI-64 from its MAC, as RoCE NICs
+// derive it. libibverbs' and rdma_cm's device identity.
+inline uint64_t node_guid(const PortInfo& p) {
+  const auto& m = p.mac;
+  return (uint64_t{static_cast<uint8_t>(m[0] ^ 2)} << 56) | (uint64_t{m[1]} << 48) | (uint64_t{m[2]} << 40) |
+         (uint64_t{0xFF} << 32) | (uint64_t{0xFE} << 24) | (uint64_t{m[3]} << 16) | (uint64_t{m[4]} << 8) | m[5];
+}
+
 struct QpShared {
   alignas(queue::kCacheLine) std::atomic<uint32_t> doorbell_pending;
   // The QP's state (enum ibv_qp_state) as the engine has it, written by the

@@ -8,7 +8,10 @@
 # @S@ in the arguments is the server's address (10.78.0.1), @C@ the
 # client's. The client is started again while it fails and the server
 # lives (at most 5 times: it may come before the server listens). --expect REGEX: a line the client's or the
-# server's output must have. With DROCE_TEST_NETNS=1 the two run in two
+# server's output must have. DROCE_TEST_DAEMON=one|two (with
+# DROCE_TEST_DROCED): the programs are clients of droced, whose connection
+# manager serves them: one daemon for both (both on its address), or one
+# each, linked over memif. With DROCE_TEST_NETNS=1 the two run in two
 # network namespaces on a veth pair over af_packet instead of memif, and
 # with DROCE_TEST_KERNEL_IP=1 as well the veths carry the same addresses.
 set -uo pipefail
@@ -44,9 +47,11 @@ sock="$dir/memif.sock"
 netns=${DROCE_TEST_NETNS:-0}
 ns_s="" ns_c=""
 server_pid="" client_pid=""
+daemon_pids=()
 cleanup() {
   kill_group "$client_pid"
   kill_group "$server_pid"
+  for p in "${daemon_pids[@]}"; do kill_group "$p"; done
   if [ "$netns" = 1 ]; then
     ip netns del "$ns_s" 2>/dev/null
     ip netns del "$ns_c" 2>/dev/null
@@ -76,13 +81,28 @@ else
   s_run=() c_run=()
 fi
 
-timeout 60 "${s_run[@]}" "$launcher" exec --link "$s_link" --ip "$s_ip/24" -- "${server_cmd[@]}" \
+s_flags=(--link "$s_link" --ip "$s_ip/24")
+c_flags=(--link "$c_link" --ip "$c_ip/24")
+fail=0
+case ${DROCE_TEST_DAEMON:-} in
+  '') ;;
+  one)
+    start_daemon d0 --ip "$s_ip/24"
+    s_flags=(--daemon "$dir/d0.sock"); c_flags=(--daemon "$dir/d0.sock") ;;
+  two)
+    start_daemon d0 --link "$s_link" --ip "$s_ip/24"
+    start_daemon d1 --link "$c_link" --ip "$c_ip/24"
+    s_flags=(--daemon "$dir/d0.sock"); c_flags=(--daemon "$dir/d1.sock") ;;
+  *) echo "FAIL: DROCE_TEST_DAEMON: one or two"; exit 1 ;;
+esac
+
+timeout 60 "${s_run[@]}" "$launcher" exec "${s_flags[@]}" -- "${server_cmd[@]}" \
   >"$dir/server.log" 2>&1 &
 server_pid=$!
 sleep 1
 
 start_client() {
-  timeout 45 "${c_run[@]}" "$launcher" exec --link "$c_link" --ip "$c_ip/24" -- "${client_cmd[@]}" >"$1" 2>&1 &
+  timeout 45 "${c_run[@]}" "$launcher" exec "${c_flags[@]}" -- "${client_cmd[@]}" >"$1" 2>&1 &
   last_pid=$!
 }
 client_rc=255
@@ -117,7 +137,7 @@ for i in $(seq 1 "$attempt"); do
   echo "--- client (attempt $i): ${client_cmd[*]}"
   cat "$dir/client.$i.log"
 done
-fail=0
+[ "${#daemon_pids[@]}" -gt 0 ] && stop_daemons
 [ "$server_rc" -eq 0 ] || { echo "FAIL: server exited $server_rc"; fail=1; }
 [ "$client_rc" -eq 0 ] || { echo "FAIL: client exited $client_rc"; fail=1; }
 for re in "${expects[@]}"; do

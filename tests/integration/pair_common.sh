@@ -67,3 +67,33 @@ end_server() {
   wait "$server"
   server_rc=$?
 }
+
+# Daemon mode (DROCE_TEST_DROCED, the droced binary): start_daemon NAME
+# ARGS... starts one listening on $dir/NAME.sock (its log $dir/NAME.log,
+# its pid appended to daemon_pids).
+start_daemon() {  # NAME DROCED-ARGS...
+  local name=$1
+  shift
+  timeout 300 "$DROCE_TEST_DROCED" --socket "$dir/$name.sock" "$@" </dev/null >"$dir/$name.log" 2>&1 &
+  daemon_pids+=($!)
+  for _ in $(seq 1 100); do
+    [ -S "$dir/$name.sock" ] && return 0
+    sleep 0.05
+  done
+  echo "FAIL: droced $name did not listen"; cat "$dir/$name.log"; exit 1
+}
+# stop_daemons: SIGTERM each; each must exit 0 having torn everything down.
+stop_daemons() {
+  local i pid rc
+  for i in "${!daemon_pids[@]}"; do
+    pid=${daemon_pids[$i]}
+    kill -TERM "$pid" 2>/dev/null
+    wait "$pid"
+    rc=$?
+    if [ "$rc" -ne 0 ]; then echo "FAIL: droced d$i: exit $rc"; cat "$dir/d$i.log"; fail=1
+    elif ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d$i.log"; then
+      echo "FAIL: droced d$i left objects behind"; cat "$dir/d$i.log"; fail=1
+    fi
+  done
+  daemon_pids=()
+}

@@ -98,17 +98,6 @@ daemon_mode=${DROCE_TEST_DAEMON:-}
 daemon_pids=()
 server_flags=(--link "$(link_of server)" --ip 10.77.1.1/24)
 client_flags=(--link "$(link_of client)" --ip 10.77.1.2/24)
-start_daemon() {  # NAME DROCED-ARGS...
-  local name=$1
-  shift
-  timeout 300 "$DROCE_TEST_DROCED" --socket "$dir/$name.sock" "$@" </dev/null >"$dir/$name.log" 2>&1 &
-  daemon_pids+=($!)
-  for _ in $(seq 1 100); do
-    [ -S "$dir/$name.sock" ] && return 0
-    sleep 0.05
-  done
-  echo "FAIL: droced $name did not listen"; cat "$dir/$name.log"; exit 1
-}
 case $daemon_mode in
   '') ;;
   one)
@@ -120,21 +109,6 @@ case $daemon_mode in
     server_flags=(--daemon "$dir/d0.sock"); client_flags=(--daemon "$dir/d1.sock") ;;
   *) echo "FAIL: DROCE_TEST_DAEMON=$daemon_mode: one or two"; exit 1 ;;
 esac
-# stop_daemons: SIGTERM each; each must exit 0 having torn everything down.
-stop_daemons() {
-  local i pid rc
-  for i in "${!daemon_pids[@]}"; do
-    pid=${daemon_pids[$i]}
-    kill -TERM "$pid" 2>/dev/null
-    wait "$pid"
-    rc=$?
-    if [ "$rc" -ne 0 ]; then echo "FAIL: droced d$i: exit $rc"; cat "$dir/d$i.log"; fail=1
-    elif ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d$i.log"; then
-      echo "FAIL: droced d$i left objects behind"; cat "$dir/d$i.log"; fail=1
-    fi
-  done
-  daemon_pids=()
-}
 
 show_logs() {
   echo "----- server output ($program, port $port) -----"

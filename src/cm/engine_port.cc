@@ -1,0 +1,55 @@
+#include "cm/engine_port.h"
+
+#include <cstring>
+
+namespace droce::cm {
+namespace {
+wire::Ipv6Addr addr_of(const Gid& g) {
+  wire::Ipv6Addr a;
+  std::memcpy(a.data(), g.data(), 16);
+  return a;
+}
+}  // namespace
+
+EnginePort::EnginePort(Ucma* ucma, int dev, engine::Device* device) : ucma_(ucma), dev_(dev), device_(device) {
+  const engine::PortInfo& p = device->port();
+  LocalPort lp;
+  lp.dev = dev;
+  lp.node_guid = engine::node_guid(p);
+  lp.ip4 = p.ip;
+  lp.prefix_len = p.prefix_len;
+  lp.has_ip6 = p.gid_count > 1;
+  std::memcpy(lp.ip6.data(), p.gids[1], 16);
+  lp.active_mtu = p.active_mtu;
+  ucma->AddPort(lp, this);
+  device->SetGsiSink(this);
+}
+
+EnginePort::~EnginePort() { device_->SetGsiSink(nullptr); }
+
+void EnginePort::SendMad(const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass,
+                         std::span<const uint8_t, kMadSize> mad) {
+  device_->SendGsi(addr_of(sgid), addr_of(dgid), dqpn, tclass, mad.data());
+}
+
+int EnginePort::Resolve(const Gid& dgid) { return device_->ResolveNeighbor(addr_of(dgid)); }
+
+void EnginePort::OnGsi(const engine::GsiMad& mad) {
+  MadSource src;
+  std::memcpy(src.sgid.data(), mad.sgid.data(), 16);
+  std::memcpy(src.dgid.data(), mad.dgid.data(), 16);
+  src.src_qpn = mad.src_qpn;
+  src.tclass = mad.tclass;
+  src.hop_limit = mad.hop_limit;
+  ucma_->Inbound(dev_, src, mad.mad);
+}
+
+std::vector<std::unique_ptr<EnginePort>> AttachPorts(Ucma* ucma, std::span<engine::Device* const> devices) {
+  std::vector<std::unique_ptr<EnginePort>> ports;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] != nullptr) ports.push_back(std::make_unique<EnginePort>(ucma, static_cast<int>(i), devices[i]));
+  }
+  return ports;
+}
+
+}  // namespace droce::cm
