@@ -1,5 +1,7 @@
 #include "cm/engine_port.h"
 
+#include <infiniband/verbs.h>
+
 #include <cstring>
 
 namespace droce::cm {
@@ -23,9 +25,17 @@ EnginePort::EnginePort(Ucma* ucma, int dev, engine::Device* device) : ucma_(ucma
   lp.active_mtu = p.active_mtu;
   ucma->AddPort(lp, this);
   device->SetGsiSink(this);
+  device->AddDeviceSink(this);
 }
 
-EnginePort::~EnginePort() { device_->SetGsiSink(nullptr); }
+EnginePort::~EnginePort() {
+  device_->RemoveDeviceSink(this);
+  device_->SetGsiSink(nullptr);
+}
+
+void EnginePort::DeviceEvent(int event_type) {
+  if (event_type == IBV_EVENT_DEVICE_FATAL) ucma_->RemovePort(dev_);
+}
 
 void EnginePort::SendMad(const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass,
                          std::span<const uint8_t, kMadSize> mad) {

@@ -11,7 +11,7 @@
 
 namespace droce::cm {
 
-class EnginePort final : public PortIo, public engine::GsiSink {
+class EnginePort final : public PortIo, public engine::GsiSink, public engine::EventSink {
  public:
   EnginePort(Ucma* ucma, int dev, engine::Device* device);
   ~EnginePort() override;
@@ -19,6 +19,11 @@ class EnginePort final : public PortIo, public engine::GsiSink {
                std::span<const uint8_t, kMadSize> mad) override;
   int Resolve(const Gid& dgid) override;
   void OnGsi(const engine::GsiMad& mad) override;
+  // The device died (engine failure, droced's stop): DEVICE_REMOVAL to
+  // every id on it.
+  void QpEvent(uint64_t, int) override {}
+  void SrqEvent(uint64_t, int) override {}
+  void DeviceEvent(int event_type) override;
 
  private:
   Ucma* ucma_;

@@ -100,6 +100,11 @@ void Ucma::AddPort(const LocalPort& port, PortIo* io) {
   ++nports_;
 }
 
+void Ucma::RemovePort(int dev) {
+  std::lock_guard<std::mutex> l(mu_);
+  mgr_->RemovePort(dev);
+}
+
 void Ucma::Start() {
   std::lock_guard<std::mutex> l(mu_);
   if (started_) return;

@@ -42,6 +42,8 @@ class Ucma {
   // Ports before Start (the manager's; io must outlive this object).
   void AddPort(const LocalPort& port, PortIo* io);
   int ports() const { return static_cast<int>(nports_); }
+  // The port's device is gone: DEVICE_REMOVAL to its ids (any thread).
+  void RemovePort(int dev);
   // Starts the thread that runs the manager's MADs and timers.
   void Start();
   // A MAD received on QP1 of `dev` (any thread).

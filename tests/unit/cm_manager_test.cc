@@ -436,6 +436,25 @@ TEST_F(CmManager, MalformedMadsAreCountedAndDropped) {
   EXPECT_TRUE(b.events.empty());
 }
 
+TEST_F(CmManager, DeviceRemovalReachesTheIdsOnThePort) {
+  auto [ia, ib] = Establish();
+  const uint32_t l = b.Last(kConnectRequest)->parent;
+  b.mgr.RemovePort(0);
+  int removals = 0;
+  for (const Event& e : b.events) {
+    if (e.event == kDeviceRemoval) {
+      ++removals;
+      EXPECT_EQ(e.id, ib);
+    }
+  }
+  // The connection; not its wildcard listener, which spans every device
+  // (as the kernel's, whose per-device listeners are its own).
+  EXPECT_EQ(removals, 1);
+  EXPECT_EQ(b.mgr.DestroyId(ib), 0);
+  EXPECT_EQ(b.mgr.DestroyId(l), 0);
+  (void)ia;
+}
+
 TEST_F(CmManager, CommandsCheckTheirState) {
   uint32_t id;
   ASSERT_EQ(a.mgr.CreateId(kRdmaPsTcp, kQpRc, &id), 0);
