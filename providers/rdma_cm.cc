@@ -214,8 +214,20 @@ ssize_t cm_write(Backend* b, int fd, const void* buf, size_t len) {
       if (read(fd, &one, sizeof(one)) != sizeof(one)) return -1;
     }
     r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
+    if (hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT) break;
     // A popped event whose id was destroyed meanwhile: wait for the next.
-    if (!(hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT && r.rc == -EAGAIN)) break;
+    if (r.rc == -EAGAIN) continue;
+    if (r.rc == -EBADF) {
+      // Another thread closed the channel while this one waited. On the
+      // kernel's device the waiting write holds the file, which no event
+      // will reach any more: it waits until a signal or the process ends
+      // (rping's event thread, whose main thread closes the channel
+      // before it returns 0, relies on that).
+      pause();
+      errno = EINTR;
+      return -1;
+    }
+    break;
   }
   if (r.rc == 0 && r.len > 0 && !copy_out(r.response, r.bytes, r.len)) {
     if (hdr.cmd == RDMA_USER_CM_CMD_CREATE_ID && r.len >= sizeof(rdma_ucm_create_id_resp)) {

@@ -923,6 +923,32 @@ void Manager::RejectReq(int dev, const MadSource& src, const MadHeader& h, uint3
   ++stats_.rejects_sent;
 }
 
+// The id of a request a listener got (REQ or SIDR_REQ): bound where the
+// request went, routed back to where it came from, with the listener's
+// options.
+Manager::Id* Manager::NewConnId(const Id& l, uint8_t qp_type, int dev, const MadSource& src, const IpAddr& dst,
+                                const IpHeader& ih, uint64_t tid) {
+  uint32_t handle;
+  if (CreateId(l.ps, qp_type, &handle) != 0) return nullptr;
+  Id* id = Find(handle);
+  id->parent = l.handle;
+  id->dev = dev;
+  id->src = dst;
+  id->src.ip = src.dgid;
+  id->have_src = true;
+  id->dst = from_header(ih.src, dst.v6, ih.src_port);
+  id->dst.ip = src.sgid;  // reply to where it came from
+  id->have_dst = true;
+  id->route = true;
+  id->sgid = src.dgid;
+  id->dgid = src.sgid;
+  id->tos = l.tos;
+  id->tos_set = l.tos_set;
+  id->ack_timeout_opt = l.ack_timeout_opt;
+  id->tid = tid;
+  return id;
+}
+
 void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r) {
   // A duplicate of a REQ being handled: resend what was answered, or an MRA
   // while the application has not decided yet.
@@ -989,24 +1015,9 @@ void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const
   }
   const Port* p = PortOf(dev);
   if (p == nullptr) return;
-  uint32_t handle;
-  if (CreateId(l->ps, kQpRc, &handle) != 0) return;
-  Id* id = Find(handle);
-  id->parent = l->handle;
-  id->dev = dev;
-  id->src = dst;
-  id->src.ip = src.dgid;
-  id->have_src = true;
-  id->dst = from_header(ih.src, v6, ih.src_port);
-  id->dst.ip = src.sgid;  // reply to where it came from
-  id->have_dst = true;
-  id->route = true;
-  id->sgid = src.dgid;
-  id->dgid = src.sgid;
-  id->tos = l->tos;
-  id->tos_set = l->tos_set;
-  id->ack_timeout_opt = l->ack_timeout_opt;
-  id->tid = h.tid;
+  Id* id = NewConnId(*l, kQpRc, dev, src, dst, ih, h.tid);
+  if (id == nullptr) return;
+  const uint32_t handle = id->handle;
   id->local_comm_id = NewCommId();
   by_comm_[id->local_comm_id] = handle;
   id->remote_comm_id = r.local_comm_id;
@@ -1229,22 +1240,9 @@ void Manager::HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, c
     SendTo(dev, src.dgid, src.sgid, src.src_qpn, src.tclass, rep, h.tid);
     return;
   }
-  uint32_t handle;
-  if (CreateId(l->ps, kQpUd, &handle) != 0) return;
-  Id* id = Find(handle);
-  id->parent = l->handle;
-  id->dev = dev;
-  id->src = dst;
-  id->src.ip = src.dgid;
-  id->have_src = true;
-  id->dst = from_header(ih.src, v6, ih.src_port);
-  id->dst.ip = src.sgid;
-  id->have_dst = true;
-  id->route = true;
-  id->sgid = src.dgid;
-  id->dgid = src.sgid;
-  id->tos = l->tos;
-  id->tid = h.tid;
+  Id* id = NewConnId(*l, kQpUd, dev, src, dst, ih, h.tid);
+  if (id == nullptr) return;
+  const uint32_t handle = id->handle;
   id->remote_comm_id = m.request_id;
   id->state = St::kSidrReqRcvd;
   ++l->pending;

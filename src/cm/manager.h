@@ -244,6 +244,8 @@ class Manager {
   void HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m);
   void HandleSidrRep(const SidrRep& m);
   Id* FindListener(uint16_t ps, const IpAddr& dst, int dev) const;
+  Id* NewConnId(const Id& listener, uint8_t qp_type, int dev, const MadSource& src, const IpAddr& dst,
+                const IpHeader& ih, uint64_t tid);
   void RejectReq(int dev, const MadSource& src, const MadHeader& h, uint32_t remote_comm_id, uint16_t reason);
 
   EventFn events_;

@@ -235,11 +235,6 @@ bool Ucma::HasChannel(uint64_t key) {
   return ChannelOf(key) != nullptr;
 }
 
-CmStats Ucma::stats() {
-  std::lock_guard<std::mutex> l(mu_);
-  return mgr_->stats();
-}
-
 Ucma::Result Ucma::Command(uint64_t key, uint32_t cmd, const uint8_t* in, size_t in_len, size_t out_len,
                            std::span<const uint8_t> optval) {
   Result r;

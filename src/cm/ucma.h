@@ -66,8 +66,6 @@ class Ucma {
   Result Command(uint64_t key, uint32_t cmd, const uint8_t* in, size_t in_len, size_t out_len,
                  std::span<const uint8_t> optval = {});
 
-  CmStats stats();
-
  private:
   struct Queued {
     Event ev;
