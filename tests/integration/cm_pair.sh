@@ -14,6 +14,9 @@
 # each, linked over memif. With DROCE_TEST_NETNS=1 the two run in two
 # network namespaces on a veth pair over af_packet instead of memif, and
 # with DROCE_TEST_KERNEL_IP=1 as well the veths carry the same addresses.
+# DROCE_TEST_MEMIF_NS=1: memif, but both processes in one namespace of
+# their own where an interface carries both addresses (for programs that
+# also talk TCP to the peer's address, or list the kernel's).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=pair_common.sh
@@ -52,10 +55,8 @@ cleanup() {
   kill_group "$client_pid"
   kill_group "$server_pid"
   for p in "${daemon_pids[@]}"; do kill_group "$p"; done
-  if [ "$netns" = 1 ]; then
-    ip netns del "$ns_s" 2>/dev/null
-    ip netns del "$ns_c" 2>/dev/null
-  fi
+  [ -n "$ns_s" ] && ip netns del "$ns_s" 2>/dev/null
+  [ -n "$ns_c" ] && ip netns del "$ns_c" 2>/dev/null
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -75,6 +76,18 @@ if [ "$netns" = 1 ]; then
   fi
   s_link="net_af_packet0,iface=cms$$" c_link="net_af_packet0,iface=cmc$$"
   s_run=(ip netns exec "$ns_s") c_run=(ip netns exec "$ns_c")
+elif [ "${DROCE_TEST_MEMIF_NS:-0}" = 1 ]; then
+  ns_s="droce-cmm-$$"
+  ip netns add "$ns_s" || { echo "cannot make a namespace" >&2; exit 77; }
+  # Not on lo: libfabric skips loopback interfaces. A veth pair inside the
+  # namespace (no dummy interfaces on every kernel).
+  ip -n "$ns_s" link set lo up
+  ip -n "$ns_s" link add "cmv$$" type veth peer name "cmw$$" || { echo "SKIP: no veth" >&2; exit 77; }
+  ip -n "$ns_s" link set "cmv$$" up && ip -n "$ns_s" link set "cmw$$" up
+  ip -n "$ns_s" addr add "$s_ip/32" dev "cmv$$" && ip -n "$ns_s" addr add "$c_ip/32" dev "cmv$$"
+  s_link="net_memif0,role=server,socket=$sock,socket-abstract=no"
+  c_link="net_memif0,role=client,socket=$sock,socket-abstract=no"
+  s_run=(ip netns exec "$ns_s") c_run=(ip netns exec "$ns_s")
 else
   s_link="net_memif0,role=server,socket=$sock,socket-abstract=no"
   c_link="net_memif0,role=client,socket=$sock,socket-abstract=no"
