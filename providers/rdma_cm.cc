@@ -28,7 +28,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -38,6 +40,7 @@
 #include "ctl/protocol.h"
 #include "engine/device.h"
 #include "interpose.h"
+#include "provider.h"
 #include "sessions.h"
 
 extern "C" {
@@ -99,7 +102,18 @@ class Local final : public Backend {
     return 0;
   }
   int Open(int fd) override { return ucma_.OpenChannel(static_cast<uint64_t>(fd), fd); }
-  void Close(int fd) override { ucma_.CloseChannel(static_cast<uint64_t>(fd)); }
+  void Close(int fd) override {
+    ucma_.CloseChannel(static_cast<uint64_t>(fd));
+    if (stats_enabled()) {
+      std::string text = ucma_.StatsText();
+      std::fprintf(stderr, "droce: connection manager counters (non-zero):\n");
+      for (size_t at = 0; at < text.size();) {
+        const size_t nl = text.find('\n', at);
+        std::fprintf(stderr, "droce:   %s\n", text.substr(at, nl - at).c_str());
+        at = nl + 1;
+      }
+    }
+  }
   cm::Ucma::Result Command(int fd, uint32_t cmd, const uint8_t* in, size_t in_len, size_t out_len,
                            std::span<const uint8_t> optval) override {
     return ucma_.Command(static_cast<uint64_t>(fd), cmd, in, in_len, out_len, optval);

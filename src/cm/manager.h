@@ -152,9 +152,22 @@ struct RouteInfo {
   uint8_t mtu = 0, hop_limit = 64, traffic_class = 0, packet_life_time = 0;
 };
 
+#define DROCE_CM_STATS(X)                                                                 \
+  X(mads_in, "CM MADs received")                                                          \
+  X(mads_out, "CM MADs sent")                                                             \
+  X(retransmits, "REQ, REP, DREQ and SIDR_REQ sent again after their timeout")            \
+  X(bad_mads, "MADs the decoder refused (not a CM Send, unknown attribute, reserved value)") \
+  X(unknown_comm_id, "MRA, REJ, REP, RTU, DREQ, DREP or SIDR_REP for no connection here")  \
+  X(rejects_sent, "REJs sent")                                                            \
+  X(no_listener, "REQs and SIDR_REQs for a service nobody listens on")                   \
+  X(duplicates, "duplicate REQs, REPs, DREQs and SIDR_REQs (answered again)")            \
+  X(stale, "REQs rejected as stale (connection in timewait or QP still connected)")      \
+  X(flood_rejects, "REQs refused because a listener had 4096 unanswered")                \
+  X(ids, "ids created")
 struct CmStats {
-  uint64_t mads_in = 0, mads_out = 0, retransmits = 0, bad_mads = 0, unknown_comm_id = 0, rejects_sent = 0,
-           no_listener = 0, duplicates = 0, stale = 0, flood_rejects = 0, ids = 0;
+#define DROCE_CM_STAT_FIELD(name, desc) uint64_t name = 0;
+  DROCE_CM_STATS(DROCE_CM_STAT_FIELD)
+#undef DROCE_CM_STAT_FIELD
 };
 
 class Manager {

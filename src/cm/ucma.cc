@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <random>
 
@@ -228,6 +229,26 @@ void Ucma::CloseChannelsOf(uint32_t owner) {
     if ((key >> 32) == owner) theirs.push_back(ch.get());
   }
   for (Channel* ch : theirs) CloseLocked(ch);
+}
+
+CmStats Ucma::stats() {
+  std::lock_guard<std::mutex> l(mu_);
+  return mgr_->stats();
+}
+
+std::string Ucma::StatsText() {
+  const CmStats st = stats();
+  std::string out;
+  char line[160];
+#define DROCE_CM_STAT_LINE(name, desc)                                                                  \
+  if (st.name != 0) {                                                                                   \
+    std::snprintf(line, sizeof(line), "%-16s %12llu  %s\n", #name, static_cast<unsigned long long>(st.name), \
+                  desc);                                                                                \
+    out += line;                                                                                        \
+  }
+  DROCE_CM_STATS(DROCE_CM_STAT_LINE)
+#undef DROCE_CM_STAT_LINE
+  return out;
 }
 
 bool Ucma::HasChannel(uint64_t key) {

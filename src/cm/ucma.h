@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -65,6 +66,10 @@ class Ucma {
   // what it popped was void (its id was destroyed): take another count.
   Result Command(uint64_t key, uint32_t cmd, const uint8_t* in, size_t in_len, size_t out_len,
                  std::span<const uint8_t> optval = {});
+  // The manager's counts (DROCE_STATS=1 prints them when a channel closes).
+  CmStats stats();
+  // Lines "name value  description" for the non-zero counts.
+  std::string StatsText();
 
  private:
   struct Queued {
