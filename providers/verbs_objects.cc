@@ -22,10 +22,23 @@ int status_errno(const absl::Status& s) { return ctl::ErrnoOf(s); }
 
 engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
 
+// An enum field of the caller's struct as the integer it holds: fields the
+// attribute mask leaves out are often uninitialised (librdmacm's
+// ucma_modify_qp_err sets only qp_state), and loading an out-of-range value
+// through the enum type is undefined behaviour. The engine checks the
+// values the mask selects.
+template <typename E>
+uint32_t raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(uint32_t));
+  uint32_t v;
+  std::memcpy(&v, &e, sizeof(v));
+  return v;
+}
+
 transport::QpAttr to_attr(const ibv_qp_attr& a) {
   transport::QpAttr t;
-  t.state = static_cast<transport::QpState>(a.qp_state);
-  t.cur_state = static_cast<transport::QpState>(a.cur_qp_state);
+  t.state = static_cast<transport::QpState>(raw(a.qp_state));
+  t.cur_state = static_cast<transport::QpState>(raw(a.cur_qp_state));
   t.access_flags = a.qp_access_flags;
   t.pkey_index = a.pkey_index;
   t.port_num = a.port_num;
@@ -39,7 +52,7 @@ transport::QpAttr to_attr(const ibv_qp_attr& a) {
   t.av.is_global = a.ah_attr.is_global;
   t.av.port_num = a.ah_attr.port_num;
   t.av.dlid = a.ah_attr.dlid;
-  t.path_mtu = static_cast<uint8_t>(a.path_mtu);
+  t.path_mtu = static_cast<uint8_t>(raw(a.path_mtu));
   t.timeout = a.timeout;
   t.retry_cnt = a.retry_cnt;
   t.rnr_retry = a.rnr_retry;
