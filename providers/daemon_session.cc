@@ -41,33 +41,6 @@
 namespace droce::provider {
 namespace {
 
-// Only the attributes the mask selects: the others are often uninitialised
-// in the application's struct (librdmacm's ucma_modify_qp_err sets only
-// the state), and droced range-checks every field it receives.
-transport::QpAttr Masked(const transport::QpAttr& in, uint32_t mask) {
-  using namespace transport;
-  QpAttr a;
-  if (mask & kAttrState) a.state = in.state;
-  if (mask & kAttrCurState) a.cur_state = in.cur_state;
-  if (mask & kAttrEnSqdAsyncNotify) a.en_sqd_async_notify = in.en_sqd_async_notify;
-  if (mask & kAttrAccessFlags) a.access_flags = in.access_flags;
-  if (mask & kAttrPkeyIndex) a.pkey_index = in.pkey_index;
-  if (mask & kAttrPort) a.port_num = in.port_num;
-  if (mask & kAttrQkey) a.qkey = in.qkey;
-  if (mask & kAttrAv) a.av = in.av;
-  if (mask & kAttrPathMtu) a.path_mtu = in.path_mtu;
-  if (mask & kAttrTimeout) a.timeout = in.timeout;
-  if (mask & kAttrRetryCnt) a.retry_cnt = in.retry_cnt;
-  if (mask & kAttrRnrRetry) a.rnr_retry = in.rnr_retry;
-  if (mask & kAttrRqPsn) a.rq_psn = in.rq_psn;
-  if (mask & kAttrMaxQpRdAtomic) a.max_rd_atomic = in.max_rd_atomic;
-  if (mask & kAttrMinRnrTimer) a.min_rnr_timer = in.min_rnr_timer;
-  if (mask & kAttrSqPsn) a.sq_psn = in.sq_psn;
-  if (mask & kAttrMaxDestRdAtomic) a.max_dest_rd_atomic = in.max_dest_rd_atomic;
-  if (mask & kAttrDestQpn) a.dest_qpn = in.dest_qpn;
-  return a;
-}
-
 class DaemonSession;
 
 class Connection {
@@ -315,7 +288,7 @@ class DaemonSession final : public engine::Session {
     ctl::ModifyQp a{};
     a.qpn = qpn;
     a.mask = mask;
-    a.attr = ctl::ToWire(Masked(attr, mask));
+    a.attr = ctl::Masked(ctl::ToWire(attr), mask);
     return Call(ctl::kModifyQp, &a, sizeof(a));
   }
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override {

@@ -5,14 +5,6 @@
 #include <cstring>
 
 namespace droce::cm {
-namespace {
-wire::Ipv6Addr addr_of(const Gid& g) {
-  wire::Ipv6Addr a;
-  std::memcpy(a.data(), g.data(), 16);
-  return a;
-}
-}  // namespace
-
 EnginePort::EnginePort(Ucma* ucma, int dev, engine::Device* device) : ucma_(ucma), dev_(dev), device_(device) {
   const engine::PortInfo& p = device->port();
   LocalPort lp;
@@ -39,15 +31,15 @@ void EnginePort::DeviceEvent(int event_type) {
 
 void EnginePort::SendMad(const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass,
                          std::span<const uint8_t, kMadSize> mad) {
-  device_->SendGsi(addr_of(sgid), addr_of(dgid), dqpn, tclass, mad.data());
+  device_->SendGsi(sgid, dgid, dqpn, tclass, mad.data());  // a Gid is a wire::Ipv6Addr
 }
 
-int EnginePort::Resolve(const Gid& dgid) { return device_->ResolveNeighbor(addr_of(dgid)); }
+int EnginePort::Resolve(const Gid& dgid) { return device_->ResolveNeighbor(dgid); }
 
 void EnginePort::OnGsi(const engine::GsiMad& mad) {
   MadSource src;
-  std::memcpy(src.sgid.data(), mad.sgid.data(), 16);
-  std::memcpy(src.dgid.data(), mad.dgid.data(), 16);
+  src.sgid = mad.sgid;
+  src.dgid = mad.dgid;
   src.src_qpn = mad.src_qpn;
   src.tclass = mad.tclass;
   src.hop_limit = mad.hop_limit;

@@ -2,33 +2,13 @@
 
 #include <cstring>
 
+#include "wire/bytes.h"
+
 namespace droce::cm {
 namespace {
 
 // Offsets below are from the start of the message (after the MAD header).
 constexpr size_t H = kMadHeaderSize;
-
-uint16_t ld16(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
-uint32_t ld24(const uint8_t* p) { return uint32_t{p[0]} << 16 | uint32_t{p[1]} << 8 | p[2]; }
-uint32_t ld32(const uint8_t* p) { return uint32_t{p[0]} << 24 | ld24(p + 1); }
-uint64_t ld64(const uint8_t* p) { return uint64_t{ld32(p)} << 32 | ld32(p + 4); }
-void st16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
-}
-void st24(uint8_t* p, uint32_t v) {
-  p[0] = static_cast<uint8_t>(v >> 16);
-  p[1] = static_cast<uint8_t>(v >> 8);
-  p[2] = static_cast<uint8_t>(v);
-}
-void st32(uint8_t* p, uint32_t v) {
-  st16(p, static_cast<uint16_t>(v >> 16));
-  st16(p + 2, static_cast<uint16_t>(v));
-}
-void st64(uint8_t* p, uint64_t v) {
-  st32(p, static_cast<uint32_t>(v >> 32));
-  st32(p + 4, static_cast<uint32_t>(v));
-}
 
 // A field of `width` bits at bit offset `bit` of a byte (0 = the most
 // significant bit), the spec's way of naming sub-byte fields.
@@ -51,11 +31,11 @@ void get_data(const uint8_t* p, std::array<uint8_t, N>* a) {
 }
 
 void encode_path(uint8_t* p, const ReqPath& path) {
-  st16(p + 0, path.local_lid);
-  st16(p + 2, path.remote_lid);
+  wire::store_be16(p + 0, path.local_lid);
+  wire::store_be16(p + 2, path.remote_lid);
   std::memcpy(p + 4, path.local_gid.data(), 16);
   std::memcpy(p + 20, path.remote_gid.data(), 16);
-  st32(p + 36, (path.flow_label & 0xFFFFF) << 12);
+  wire::store_be32(p + 36, (path.flow_label & 0xFFFFF) << 12);
   put_bits(p + 39, 2, 6, path.packet_rate);
   p[40] = path.traffic_class;
   p[41] = path.hop_limit;
@@ -65,11 +45,11 @@ void encode_path(uint8_t* p, const ReqPath& path) {
 }
 
 void decode_path(const uint8_t* p, ReqPath* path) {
-  path->local_lid = ld16(p);
-  path->remote_lid = ld16(p + 2);
+  path->local_lid = wire::load_be16(p);
+  path->remote_lid = wire::load_be16(p + 2);
   std::memcpy(path->local_gid.data(), p + 4, 16);
   std::memcpy(path->remote_gid.data(), p + 20, 16);
-  path->flow_label = ld32(p + 36) >> 12;
+  path->flow_label = wire::load_be32(p + 36) >> 12;
   path->packet_rate = get_bits(p[39], 2, 6);
   path->traffic_class = p[40];
   path->hop_limit = p[41];
@@ -82,22 +62,22 @@ struct Encoder {
   uint8_t* m;  // the message, after the MAD header
 
   void operator()(const Req& r) const {
-    st32(m + 0, r.local_comm_id);
-    st64(m + 8, r.service_id);
-    st64(m + 16, r.local_ca_guid);
-    st32(m + 28, r.local_qkey);
-    st24(m + 32, r.local_qpn);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be64(m + 8, r.service_id);
+    wire::store_be64(m + 16, r.local_ca_guid);
+    wire::store_be32(m + 28, r.local_qkey);
+    wire::store_be24(m + 32, r.local_qpn);
     m[35] = r.responder_resources;
-    st24(m + 36, r.local_eecn);
+    wire::store_be24(m + 36, r.local_eecn);
     m[39] = r.initiator_depth;
-    st24(m + 40, r.remote_eecn);
+    wire::store_be24(m + 40, r.remote_eecn);
     put_bits(m + 43, 0, 5, r.remote_cm_response_timeout);
     put_bits(m + 43, 5, 2, r.transport_type);
     put_bits(m + 43, 7, 1, r.end_to_end_flow_control);
-    st24(m + 44, r.starting_psn);
+    wire::store_be24(m + 44, r.starting_psn);
     put_bits(m + 47, 0, 5, r.local_cm_response_timeout);
     put_bits(m + 47, 5, 3, r.retry_count);
-    st16(m + 48, r.pkey);
+    wire::store_be16(m + 48, r.pkey);
     put_bits(m + 50, 0, 4, r.path_mtu);
     put_bits(m + 50, 4, 1, r.rdc_exists);
     put_bits(m + 50, 5, 3, r.rnr_retry_count);
@@ -109,28 +89,28 @@ struct Encoder {
     put_data(m + 140, r.private_data);
   }
   void operator()(const Mra& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
     put_bits(m + 8, 0, 2, r.message_mraed);
     put_bits(m + 9, 0, 5, r.service_timeout);
     put_data(m + 10, r.private_data);
   }
   void operator()(const Rej& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
     put_bits(m + 8, 0, 2, r.message_rejected);
     put_bits(m + 9, 0, 7, r.ari_length);
-    st16(m + 10, r.reason);
+    wire::store_be16(m + 10, r.reason);
     put_data(m + 12, r.ari);
     put_data(m + 84, r.private_data);
   }
   void operator()(const Rep& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
-    st32(m + 8, r.local_qkey);
-    st24(m + 12, r.local_qpn);
-    st24(m + 16, r.local_eecn);
-    st24(m + 20, r.starting_psn);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
+    wire::store_be32(m + 8, r.local_qkey);
+    wire::store_be24(m + 12, r.local_qpn);
+    wire::store_be24(m + 16, r.local_eecn);
+    wire::store_be24(m + 20, r.starting_psn);
     m[24] = r.responder_resources;
     m[25] = r.initiator_depth;
     put_bits(m + 26, 0, 5, r.target_ack_delay);
@@ -138,38 +118,38 @@ struct Encoder {
     put_bits(m + 26, 7, 1, r.end_to_end_flow_control);
     put_bits(m + 27, 0, 3, r.rnr_retry_count);
     put_bits(m + 27, 3, 1, r.srq);
-    st64(m + 28, r.local_ca_guid);
+    wire::store_be64(m + 28, r.local_ca_guid);
     put_data(m + 36, r.private_data);
   }
   void operator()(const Rtu& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
     put_data(m + 8, r.private_data);
   }
   void operator()(const Dreq& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
-    st24(m + 8, r.remote_qpn);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
+    wire::store_be24(m + 8, r.remote_qpn);
     put_data(m + 12, r.private_data);
   }
   void operator()(const Drep& r) const {
-    st32(m + 0, r.local_comm_id);
-    st32(m + 4, r.remote_comm_id);
+    wire::store_be32(m + 0, r.local_comm_id);
+    wire::store_be32(m + 4, r.remote_comm_id);
     put_data(m + 8, r.private_data);
   }
   void operator()(const SidrReq& r) const {
-    st32(m + 0, r.request_id);
-    st16(m + 4, r.pkey);
-    st64(m + 8, r.service_id);
+    wire::store_be32(m + 0, r.request_id);
+    wire::store_be16(m + 4, r.pkey);
+    wire::store_be64(m + 8, r.service_id);
     put_data(m + 16, r.private_data);
   }
   void operator()(const SidrRep& r) const {
-    st32(m + 0, r.request_id);
+    wire::store_be32(m + 0, r.request_id);
     m[4] = r.status;
     m[5] = r.additional_info_length;
-    st24(m + 8, r.qpn);
-    st64(m + 12, r.service_id);
-    st32(m + 20, r.qkey);
+    wire::store_be24(m + 8, r.qpn);
+    wire::store_be64(m + 12, r.service_id);
+    wire::store_be32(m + 20, r.qkey);
     put_data(m + 24, r.class_port_info);
     put_data(m + 96, r.private_data);
   }
@@ -211,11 +191,11 @@ void encode(const MadHeader& hdr, const Message& msg, std::span<uint8_t, kMadSiz
   p[1] = hdr.mgmt_class;
   p[2] = hdr.class_version;
   p[3] = hdr.method;
-  st16(p + 4, hdr.status);
-  st16(p + 6, hdr.class_specific);
-  st64(p + 8, hdr.tid);
-  st16(p + 16, static_cast<uint16_t>(attr_of(msg)));
-  st32(p + 20, hdr.attr_mod);
+  wire::store_be16(p + 4, hdr.status);
+  wire::store_be16(p + 6, hdr.class_specific);
+  wire::store_be64(p + 8, hdr.tid);
+  wire::store_be16(p + 16, static_cast<uint16_t>(attr_of(msg)));
+  wire::store_be32(p + 20, hdr.attr_mod);
   std::visit(Encoder{p + H}, msg);
 }
 
@@ -227,11 +207,11 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
   h.mgmt_class = p[1];
   h.class_version = p[2];
   h.method = p[3];
-  h.status = ld16(p + 4);
-  h.class_specific = ld16(p + 6);
-  h.tid = ld64(p + 8);
-  h.attr_id = ld16(p + 16);
-  h.attr_mod = ld32(p + 20);
+  h.status = wire::load_be16(p + 4);
+  h.class_specific = wire::load_be16(p + 6);
+  h.tid = wire::load_be64(p + 8);
+  h.attr_id = wire::load_be16(p + 16);
+  h.attr_mod = wire::load_be32(p + 20);
   if (h.base_version != kBaseVersion) return MadError::kBadBaseVersion;
   if (h.mgmt_class != kMgmtClassCm) return MadError::kNotCm;
   if (h.class_version != kCmClassVersion) return MadError::kBadClassVersion;
@@ -240,22 +220,22 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
   switch (static_cast<Attr>(h.attr_id)) {
     case Attr::kReq: {
       Req r;
-      r.local_comm_id = ld32(m);
-      r.service_id = ld64(m + 8);
-      r.local_ca_guid = ld64(m + 16);
-      r.local_qkey = ld32(m + 28);
-      r.local_qpn = ld24(m + 32);
+      r.local_comm_id = wire::load_be32(m);
+      r.service_id = wire::load_be64(m + 8);
+      r.local_ca_guid = wire::load_be64(m + 16);
+      r.local_qkey = wire::load_be32(m + 28);
+      r.local_qpn = wire::load_be24(m + 32);
       r.responder_resources = m[35];
-      r.local_eecn = ld24(m + 36);
+      r.local_eecn = wire::load_be24(m + 36);
       r.initiator_depth = m[39];
-      r.remote_eecn = ld24(m + 40);
+      r.remote_eecn = wire::load_be24(m + 40);
       r.remote_cm_response_timeout = get_bits(m[43], 0, 5);
       r.transport_type = get_bits(m[43], 5, 2);
       r.end_to_end_flow_control = get_bits(m[43], 7, 1);
-      r.starting_psn = ld24(m + 44);
+      r.starting_psn = wire::load_be24(m + 44);
       r.local_cm_response_timeout = get_bits(m[47], 0, 5);
       r.retry_count = get_bits(m[47], 5, 3);
-      r.pkey = ld16(m + 48);
+      r.pkey = wire::load_be16(m + 48);
       r.path_mtu = get_bits(m[50], 0, 4);
       r.rdc_exists = get_bits(m[50], 4, 1);
       r.rnr_retry_count = get_bits(m[50], 5, 3);
@@ -272,8 +252,8 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
     }
     case Attr::kMra: {
       Mra r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
       r.message_mraed = get_bits(m[8], 0, 2);
       r.service_timeout = get_bits(m[9], 0, 5);
       get_data(m + 10, &r.private_data);
@@ -283,11 +263,11 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
     }
     case Attr::kRej: {
       Rej r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
       r.message_rejected = get_bits(m[8], 0, 2);
       r.ari_length = get_bits(m[9], 0, 7);
-      r.reason = ld16(m + 10);
+      r.reason = wire::load_be16(m + 10);
       get_data(m + 12, &r.ari);
       get_data(m + 84, &r.private_data);
       if (r.message_rejected == 3 || r.ari_length > r.ari.size()) return MadError::kBadField;
@@ -296,12 +276,12 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
     }
     case Attr::kRep: {
       Rep r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
-      r.local_qkey = ld32(m + 8);
-      r.local_qpn = ld24(m + 12);
-      r.local_eecn = ld24(m + 16);
-      r.starting_psn = ld24(m + 20);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
+      r.local_qkey = wire::load_be32(m + 8);
+      r.local_qpn = wire::load_be24(m + 12);
+      r.local_eecn = wire::load_be24(m + 16);
+      r.starting_psn = wire::load_be24(m + 20);
       r.responder_resources = m[24];
       r.initiator_depth = m[25];
       r.target_ack_delay = get_bits(m[26], 0, 5);
@@ -309,53 +289,53 @@ MadError decode(std::span<const uint8_t> in, Mad* out) {
       r.end_to_end_flow_control = get_bits(m[26], 7, 1);
       r.rnr_retry_count = get_bits(m[27], 0, 3);
       r.srq = get_bits(m[27], 3, 1);
-      r.local_ca_guid = ld64(m + 28);
+      r.local_ca_guid = wire::load_be64(m + 28);
       get_data(m + 36, &r.private_data);
       out->msg = r;
       return MadError::kOk;
     }
     case Attr::kRtu: {
       Rtu r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
       get_data(m + 8, &r.private_data);
       out->msg = r;
       return MadError::kOk;
     }
     case Attr::kDreq: {
       Dreq r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
-      r.remote_qpn = ld24(m + 8);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
+      r.remote_qpn = wire::load_be24(m + 8);
       get_data(m + 12, &r.private_data);
       out->msg = r;
       return MadError::kOk;
     }
     case Attr::kDrep: {
       Drep r;
-      r.local_comm_id = ld32(m);
-      r.remote_comm_id = ld32(m + 4);
+      r.local_comm_id = wire::load_be32(m);
+      r.remote_comm_id = wire::load_be32(m + 4);
       get_data(m + 8, &r.private_data);
       out->msg = r;
       return MadError::kOk;
     }
     case Attr::kSidrReq: {
       SidrReq r;
-      r.request_id = ld32(m);
-      r.pkey = ld16(m + 4);
-      r.service_id = ld64(m + 8);
+      r.request_id = wire::load_be32(m);
+      r.pkey = wire::load_be16(m + 4);
+      r.service_id = wire::load_be64(m + 8);
       get_data(m + 16, &r.private_data);
       out->msg = r;
       return MadError::kOk;
     }
     case Attr::kSidrRep: {
       SidrRep r;
-      r.request_id = ld32(m);
+      r.request_id = wire::load_be32(m);
       r.status = m[4];
       r.additional_info_length = m[5];
-      r.qpn = ld24(m + 8);
-      r.service_id = ld64(m + 12);
-      r.qkey = ld32(m + 20);
+      r.qpn = wire::load_be24(m + 8);
+      r.service_id = wire::load_be64(m + 12);
+      r.qkey = wire::load_be32(m + 20);
       get_data(m + 24, &r.class_port_info);
       get_data(m + 96, &r.private_data);
       if (r.additional_info_length > r.class_port_info.size()) return MadError::kBadField;
@@ -380,7 +360,7 @@ void encode_ip_header(const IpHeader& h, uint8_t* out) {
   std::memset(out, 0, kIpHeaderSize);
   out[0] = h.cm_version;
   out[1] = static_cast<uint8_t>(h.ip_version << 4);
-  st16(out + 2, h.src_port);
+  wire::store_be16(out + 2, h.src_port);
   std::memcpy(out + 4, h.src.data(), 16);
   std::memcpy(out + 20, h.dst.data(), 16);
 }
@@ -388,7 +368,7 @@ void encode_ip_header(const IpHeader& h, uint8_t* out) {
 bool decode_ip_header(const uint8_t* in, IpHeader* out) {
   out->cm_version = in[0];
   out->ip_version = in[1] >> 4;
-  out->src_port = ld16(in + 2);
+  out->src_port = wire::load_be16(in + 2);
   std::memcpy(out->src.data(), in + 4, 16);
   std::memcpy(out->dst.data(), in + 20, 16);
   return out->cm_version == 0 && (out->ip_version == 4 || out->ip_version == 6);

@@ -14,7 +14,7 @@
 
 namespace droce::cm {
 
-using Gid = std::array<uint8_t, 16>;
+using Gid = std::array<uint8_t, 16>;  // the same type as wire::Ipv6Addr
 
 inline constexpr size_t kMadSize = 256;
 inline constexpr size_t kMadHeaderSize = 24;

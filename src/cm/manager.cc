@@ -81,29 +81,26 @@ struct Manager::Id {
   bool bound = false;   // in bound_ (not conn ids made from a REQ)
   bool have_src = false, have_dst = false;
   bool route = false;   // route resolved (num_paths 1)
-  int backlog = 0;
   uint32_t parent = 0;  // a conn id's listener
   size_t pending = 0;   // a listener's conn ids still in kReqRcvd
   // Options.
   uint8_t tos = 0;
-  bool tos_set = false, reuseaddr = false, afonly = false;
+  bool reuseaddr = false, afonly = false;
   uint8_t ack_timeout_opt = 0;  // RDMA_OPTION_ID_ACK_TIMEOUT; 0: rdma_cm's rule
   // The connection.
   uint32_t local_comm_id = 0, remote_comm_id = 0;
   uint64_t remote_guid = 0, tid = 0;
-  uint32_t local_qpn = 0, remote_qpn = 0, local_psn = 0, remote_psn = 0, remote_qkey = 0;
+  uint32_t local_qpn = 0, remote_qpn = 0, local_psn = 0, remote_psn = 0;
   uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7, path_mtu = 3;
-  uint8_t srq = 0, flow_control = 0, remote_ack_delay = 15, req_ack_timeout = 0;
+  uint8_t srq = 0, flow_control = 0, remote_ack_delay = 15;
   uint8_t remote_cm_timeout = kCmResponseTimeout, max_cm_retries = kMaxCmRetries;
   Gid sgid{}, dgid{};
-  uint8_t sgid_index = 0;
   // The message to retransmit on timeout or resend on a duplicate.
   bool has_last = false;
   Message last;
   uint64_t deadline = 0;  // 0: no timer
   unsigned retries_left = 0;
   uint64_t addr_deadline = 0;
-  bool mra_sent = false;
   std::vector<uint32_t> mcasts;
 };
 
@@ -470,11 +467,10 @@ int Manager::QueryRoute(uint32_t handle, RouteInfo* out) const {
   return 0;
 }
 
-int Manager::Listen(uint32_t handle, int backlog) {
+int Manager::Listen(uint32_t handle, int) {
   Id* id = Find(handle);
   if (id == nullptr) return -EINVAL;
   if (id->state == St::kListen) {
-    id->backlog = backlog;
     return 0;
   }
   if (id->state == St::kIdle) {
@@ -484,8 +480,7 @@ int Manager::Listen(uint32_t handle, int backlog) {
   } else if (id->state != St::kAddrBound) {
     return -EINVAL;
   }
-  id->state = St::kListen;
-  id->backlog = backlog;
+  id->state = St::kListen;  // the backlog: unused, as rdma_cm's over IB CM
   return 0;
 }
 
@@ -591,7 +586,6 @@ int Manager::Connect(uint32_t handle, const ConnParam& p) {
   id->srq = p.srq;
   id->flow_control = p.flow_control;
   id->path_mtu = port->info.active_mtu;
-  id->req_ack_timeout = std::min(31, kPacketLifeTime + 1);
   Req r;
   r.local_comm_id = id->local_comm_id;
   r.service_id = service_id(ps, id->dst.port);
@@ -615,7 +609,7 @@ int Manager::Connect(uint32_t handle, const ConnParam& p) {
   r.primary.traffic_class = id->tos;
   r.primary.hop_limit = kHopLimit;
   r.primary.packet_rate = 0;
-  r.primary.local_ack_timeout = id->req_ack_timeout;
+  r.primary.local_ack_timeout = std::min(31, kPacketLifeTime + 1);
   encode_ip_header(ih, r.private_data.data());
   std::memcpy(r.private_data.data() + kIpHeaderSize, p.private_data, p.private_data_len);
   id->state = St::kReqSent;
@@ -677,7 +671,6 @@ int Manager::Accept(uint32_t handle, const ConnParam* p) {
   r.local_ca_guid = port->info.node_guid;
   std::memcpy(r.private_data.data(), p->private_data, p->private_data_len);
   id->state = St::kRepSent;
-  id->mra_sent = false;
   if (Id* l = Find(id->parent)) --l->pending;
   SendRemembered(id, r, (iba_ms(kPacketLifeTime) * 2 + iba_ms(id->remote_cm_timeout)) * kMs, id->max_cm_retries);
   return 0;
@@ -808,7 +801,6 @@ int Manager::SetOption(uint32_t handle, uint32_t level, uint32_t name, const voi
       case kTos:
         if (len != 1) return -EINVAL;
         id->tos = *static_cast<const uint8_t*>(value);
-        id->tos_set = true;
         return 0;
       case kReuseAddr:
         if (len != sizeof(int)) return -EINVAL;
@@ -943,7 +935,6 @@ Manager::Id* Manager::NewConnId(const Id& l, uint8_t qp_type, int dev, const Mad
   id->sgid = src.dgid;
   id->dgid = src.sgid;
   id->tos = l.tos;
-  id->tos_set = l.tos_set;
   id->ack_timeout_opt = l.ack_timeout_opt;
   id->tid = tid;
   return id;
@@ -963,7 +954,6 @@ void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const
       m.message_mraed = kMsgReq;
       m.service_timeout = kMraServiceTimeout;
       Send(*id, m, id->tid);
-      id->mra_sent = true;
     } else if (id->state == St::kRepSent && id->has_last) {
       Send(*id, id->last, id->tid);
     }
@@ -1037,7 +1027,6 @@ void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const
   id->remote_cm_timeout = r.local_cm_response_timeout;
   id->max_cm_retries = r.max_cm_retries;
   id->remote_ack_delay = p->info.ack_delay;
-  id->req_ack_timeout = r.primary.local_ack_timeout;
   id->state = St::kReqRcvd;
   ++l->pending;
   Event e;
@@ -1128,7 +1117,6 @@ void Manager::HandleRep(int dev, const MadSource& src, const MadHeader& h, const
   id->remote_guid = m.local_ca_guid;
   id->remote_qpn = m.local_qpn;
   id->remote_psn = m.starting_psn;
-  id->remote_qkey = m.local_qkey;
   // This side's terms (cm_rep_handler).
   id->initiator_depth = m.responder_resources;
   id->responder_resources = m.initiator_depth;

@@ -119,7 +119,7 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
       ModifyQp m;
       std::memcpy(&m, p, sizeof(m));
       transport::QpAttr a;
-      return FromWire(m.attr, &a);
+      return FromWire(Masked(m.attr, m.mask), &a);
     }
     case kCreateAh: {
       CreateAh c;
@@ -193,6 +193,30 @@ WireQpAttr ToWire(const transport::QpAttr& a) {
   w.sq_psn = a.sq_psn;
   w.dest_qpn = a.dest_qpn;
   return w;
+}
+
+WireQpAttr Masked(const WireQpAttr& w, uint32_t mask) {
+  using namespace transport;
+  WireQpAttr a = ToWire(QpAttr{});
+  if (mask & kAttrState) a.state = w.state;
+  if (mask & kAttrCurState) a.cur_state = w.cur_state;
+  if (mask & kAttrEnSqdAsyncNotify) a.en_sqd_async_notify = w.en_sqd_async_notify;
+  if (mask & kAttrAccessFlags) a.access_flags = w.access_flags;
+  if (mask & kAttrPkeyIndex) a.pkey_index = w.pkey_index;
+  if (mask & kAttrPort) a.port_num = w.port_num;
+  if (mask & kAttrQkey) a.qkey = w.qkey;
+  if (mask & kAttrAv) a.av = w.av;
+  if (mask & kAttrPathMtu) a.path_mtu = w.path_mtu;
+  if (mask & kAttrTimeout) a.timeout = w.timeout;
+  if (mask & kAttrRetryCnt) a.retry_cnt = w.retry_cnt;
+  if (mask & kAttrRnrRetry) a.rnr_retry = w.rnr_retry;
+  if (mask & kAttrRqPsn) a.rq_psn = w.rq_psn;
+  if (mask & kAttrMaxQpRdAtomic) a.max_rd_atomic = w.max_rd_atomic;
+  if (mask & kAttrMinRnrTimer) a.min_rnr_timer = w.min_rnr_timer;
+  if (mask & kAttrSqPsn) a.sq_psn = w.sq_psn;
+  if (mask & kAttrMaxDestRdAtomic) a.max_dest_rd_atomic = w.max_dest_rd_atomic;
+  if (mask & kAttrDestQpn) a.dest_qpn = w.dest_qpn;
+  return a;
 }
 
 absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a) {

@@ -278,6 +278,11 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds);
 WireAv ToWire(const transport::AddressVector& av);
 absl::Status FromWire(const WireAv& w, transport::AddressVector* av);
 WireQpAttr ToWire(const transport::QpAttr& a);
+// Only the attributes `mask` (transport::AttrMask) selects; the others at
+// their defaults. ibv_modify_qp callers leave unselected fields
+// uninitialised (librdmacm's ucma_modify_qp_err sets only the state), and
+// they must neither travel nor fail the range checks.
+WireQpAttr Masked(const WireQpAttr& w, uint32_t mask);
 absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a);
 
 // Errors across the boundary: the daemon sends an errno (the verbs

@@ -533,7 +533,7 @@ bool Handler::Handle(Msg& m) {
       const auto a = Payload<ctl::ModifyQp>(m);
       if (!d.qps.contains(a.qpn)) return Reply(h, Foreign());
       transport::QpAttr attr;
-      (void)ctl::FromWire(a.attr, &attr);  // checked by ValidateRequest
+      (void)ctl::FromWire(ctl::Masked(a.attr, a.mask), &attr);  // checked by ValidateRequest
       return Reply(h, dev.ModifyQp(a.qpn, attr, a.mask));
     }
     case ctl::kQueryQp: {

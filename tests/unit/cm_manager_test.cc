@@ -455,6 +455,88 @@ TEST_F(CmManager, DeviceRemovalReachesTheIdsOnThePort) {
   (void)ia;
 }
 
+TEST_F(CmManager, RepAndDreqForNoConnectionAreAnswered) {
+  MadSource s;
+  s.sgid = a.gid;
+  s.dgid = b.gid;
+  s.src_qpn = kGsiQpn;
+  std::array<uint8_t, kMadSize> m;
+  Rep rep;
+  rep.local_comm_id = 77;
+  rep.remote_comm_id = 12345;  // no such connection on B
+  encode(MadHeader{}, rep, m);
+  b.mgr.OnMad(0, s, m);
+  ASSERT_EQ(wire.inflight.size(), 1u);
+  Mad out;
+  ASSERT_EQ(decode(wire.inflight.back().mad, &out), MadError::kOk);
+  const Rej& rej = std::get<Rej>(out.msg);
+  EXPECT_EQ(rej.reason, kRejInvalidCommId);
+  EXPECT_EQ(rej.message_rejected, kMsgRep);
+  EXPECT_EQ(rej.remote_comm_id, 77u);
+  wire.inflight.clear();
+  Dreq dreq;
+  dreq.local_comm_id = 78;
+  dreq.remote_comm_id = 12346;
+  encode(MadHeader{}, dreq, m);
+  b.mgr.OnMad(0, s, m);
+  ASSERT_EQ(wire.inflight.size(), 1u);
+  ASSERT_EQ(decode(wire.inflight.back().mad, &out), MadError::kOk);
+  EXPECT_EQ(std::get<Drep>(out.msg).remote_comm_id, 78u);
+  wire.inflight.clear();
+}
+
+TEST_F(CmManager, OptionsReachTheQpAttributesAndTheBinds) {
+  Listen(7174);
+  const uint32_t ia = Resolved(7174);
+  const uint8_t tos = 0x60, ack = 20;
+  ASSERT_EQ(a.mgr.SetOption(ia, 0, 0, &tos, 1), 0);  // RDMA_OPTION_ID_TOS
+  ASSERT_EQ(a.mgr.SetOption(ia, 0, 3, &ack, 1), 0);  // RDMA_OPTION_ID_ACK_TIMEOUT
+  EXPECT_EQ(a.mgr.SetOption(ia, 0, 0, &tos, 2), -EINVAL);
+  EXPECT_EQ(a.mgr.SetOption(ia, 1, 1, &tos, 1), -EINVAL);  // RDMA_OPTION_IB_PATH
+  ASSERT_EQ(a.mgr.Connect(ia, Param(0x20)), 0);
+  wire.Run();
+  ConnParam acc = Param(0x30);
+  ASSERT_EQ(b.mgr.Accept(b.Last(kConnectRequest)->id, &acc), 0);
+  wire.Run();
+  QpAttr rtr, rts;
+  ASSERT_EQ(a.mgr.InitQpAttr(ia, IBV_QPS_RTR, &rtr), 0);
+  ASSERT_EQ(a.mgr.InitQpAttr(ia, IBV_QPS_RTS, &rts), 0);
+  EXPECT_EQ(rtr.ah.traffic_class, tos);
+  EXPECT_EQ(rts.timeout, ack);
+  // REUSEADDR: two ids on one port if both ask (and neither listens).
+  const int on = 1;
+  uint32_t x, y;
+  ASSERT_EQ(a.mgr.CreateId(kRdmaPsTcp, kQpRc, &x), 0);
+  ASSERT_EQ(a.mgr.CreateId(kRdmaPsTcp, kQpRc, &y), 0);
+  ASSERT_EQ(a.mgr.SetOption(x, 0, 1, &on, sizeof(on)), 0);
+  ASSERT_EQ(a.mgr.SetOption(y, 0, 1, &on, sizeof(on)), 0);
+  EXPECT_EQ(a.mgr.Bind(x, a.Addr(6000)), 0);
+  EXPECT_EQ(a.mgr.Bind(y, a.Addr(6000)), 0);
+}
+
+TEST_F(CmManager, AfOnlyKeepsAnIpv6WildcardListenerFromIpv4) {
+  for (int afonly : {1, 0}) {
+    uint32_t l;
+    ASSERT_EQ(b.mgr.CreateId(kRdmaPsTcp, kQpRc, &l), 0);
+    ASSERT_EQ(b.mgr.SetOption(l, 0, 2, &afonly, sizeof(afonly)), 0);  // RDMA_OPTION_ID_AFONLY
+    IpAddr any6;
+    any6.v6 = true;
+    any6.port = 7200;
+    ASSERT_EQ(b.mgr.Bind(l, any6), 0);
+    ASSERT_EQ(b.mgr.Listen(l, 1), 0);
+    const uint32_t ia = Resolved(7200);
+    ASSERT_EQ(a.mgr.Connect(ia, Param(0x20 + afonly)), 0);
+    wire.Run();
+    if (afonly) {
+      ASSERT_NE(a.Last(kRejected), nullptr);
+      EXPECT_EQ(a.Last(kRejected)->status, kRejInvalidServiceId);
+    } else {
+      EXPECT_NE(b.Last(kConnectRequest), nullptr);
+    }
+    ASSERT_EQ(b.mgr.DestroyId(l), 0);
+  }
+}
+
 TEST_F(CmManager, CommandsCheckTheirState) {
   uint32_t id;
   ASSERT_EQ(a.mgr.CreateId(kRdmaPsTcp, kQpRc, &id), 0);
