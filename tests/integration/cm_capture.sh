@@ -71,8 +71,8 @@ pids+=($!)
 sleep 1.5
 run_c udaddy -s "$s_ip" >"$dir/c3.log" 2>&1 || { cat "$dir"/s3.log "$dir"/c3.log; fail "udaddy failed"; }
 wait "${pids[2]}" || fail "udaddy server failed"
-sleep 0.5
-kill $tcpdump_pid 2>/dev/null
+sleep 1.5  # the captures' last frames
+kill -INT $tcpdump_pid 2>/dev/null
 wait $tcpdump_pid 2>/dev/null
 tcpdump_pid=""
 mergecap -F pcap -w "$cap" "$dir/c.pcap" "$dir/s.pcap" || fail "mergecap failed"
