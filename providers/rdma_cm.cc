@@ -222,13 +222,16 @@ ssize_t cm_write(Backend* b, int fd, const void* buf, size_t len) {
   }
   cm::Ucma::Result r;
   for (;;) {
-    if (hdr.cmd == RDMA_USER_CM_CMD_GET_EVENT) {
-      // One queued event per count: blocks (or EAGAIN) as the device's read.
-      uint64_t one;
-      if (read(fd, &one, sizeof(one)) != sizeof(one)) return -1;
+    if (hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT) {
+      r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
+      break;
     }
-    r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
-    if (hdr.cmd != RDMA_USER_CM_CMD_GET_EVENT) break;
+    // One queued event per count: blocks (or EAGAIN) as the device's read.
+    // EBADF: the channel was closed while this command waited.
+    uint64_t one;
+    if (read(fd, &one, sizeof(one)) == sizeof(one)) r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
+    else if (errno == EBADF) r.rc = -EBADF;
+    else return -1;
     // A popped event whose id was destroyed meanwhile: wait for the next.
     if (r.rc == -EAGAIN) continue;
     if (r.rc == -EBADF) {
