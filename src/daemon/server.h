@@ -40,7 +40,13 @@ struct ClientLimits {
 struct ServerOptions {
   std::string socket_path;
   mode_t socket_mode = 0666;
+  // The socket file's group (empty: the daemon's own group).
+  std::string socket_group;
   ClientLimits limits;
+  // Prometheus text endpoint (GET /metrics) on metrics_address:metrics_port;
+  // port 0: off.
+  std::string metrics_address = "127.0.0.1";
+  uint16_t metrics_port = 0;
 };
 
 // What the daemon holds, for tests and logs (also in `droced` status lines).
