@@ -15,6 +15,9 @@ packages=(
   libibverbs-dev ibverbs-utils perftest
   # libraries
   libabsl-dev libisal-dev libpcap-dev
+  # operations (docs/OPERATIONS.md): JSON for droce ctl, the Prometheus endpoint,
+  # droced's TOML config file, sd_notify, and systemd-analyze to verify the unit
+  nlohmann-json3-dev libmicrohttpd-dev libtomlplusplus-dev libsystemd-dev systemd curl
   # tests and benchmarks (clang + its runtimes for the libFuzzer run, tests/fuzz)
   libgtest-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # UCX as a verbs consumer that looks at /dev/infiniband and sysfs (ucx_info)

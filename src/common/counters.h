@@ -1,14 +1,28 @@
 // Datapath counters, per device and per QP (docs/COUNTERS.md). Plain fields
-// with one writer (each worker has its own copy of the device's), copied out
-// by a control call while every worker is stopped. Names follow Linux rxe's hw counters where one exists.
+// with one writer (each worker has its own copy of the device's). The writer
+// counts with Bump, a relaxed atomic load and store (no locked instruction:
+// on x86 the same code as ++), so that a reader on another thread may Peek
+// at them while the worker runs — `droce ctl stat`, the metrics endpoint —
+// without stopping it. Names follow Linux rxe's hw counters where one exists.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <string_view>
 
 namespace droce {
+
+// One event more (or n), by the counter's only writer.
+inline void Bump(uint64_t& c, uint64_t n = 1) {
+  std::atomic_ref<uint64_t> r(c);
+  r.store(r.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+// The counter's value as another thread sees it now (never torn).
+inline uint64_t Peek(const uint64_t& c) {
+  return std::atomic_ref<uint64_t>(const_cast<uint64_t&>(c)).load(std::memory_order_relaxed);
+}
 
 #define DROCE_COUNTERS(X)                                                                   \
   X(sent_pkts, "RoCE packets transmitted")                                                 \

@@ -158,6 +158,8 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     case Setting::kLogLevel: return Assign(ParseLogLevel(v), &g.log_level);
     case Setting::kPollYield: return Assign(ParsePollYield(v), &g.poll_yield);
     case Setting::kStats: return Assign(ParseStats(v), &g.stats);
+    case Setting::kTelemetry: return Assign(ParseStats(v), &g.telemetry);
+    case Setting::kCtl: return Assign(ParseStats(v), &g.ctl);
   }
   return absl::InternalError("unknown setting");
 }

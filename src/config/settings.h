@@ -54,6 +54,10 @@ struct GlobalSettings {
   // CPU, 0 = never (DROCE_POLL_YIELD).
   uint32_t poll_yield = 16;
   bool stats = false;  // DROCE_STATS=1: counters on stderr at destroy/close
+  // DROCE_TELEMETRY=1: DPDK's telemetry socket, with droce's commands.
+  bool telemetry = false;
+  // DROCE_CTL=1: an embedded process answers `droce ctl --pid` (src/admin/).
+  bool ctl = false;
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -95,8 +99,10 @@ enum class Setting : uint8_t {
   kLogLevel,
   kPollYield,
   kStats,
+  kTelemetry,
+  kCtl,
 };
-inline constexpr size_t kNumSettings = 14;
+inline constexpr size_t kNumSettings = 16;
 
 struct SettingInfo {
   Setting setting;
@@ -122,6 +128,8 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kLogLevel, "DROCE_LOG_LEVEL", "log-level", false},
     {Setting::kPollYield, "DROCE_POLL_YIELD", nullptr, false},
     {Setting::kStats, "DROCE_STATS", nullptr, false},
+    {Setting::kTelemetry, "DROCE_TELEMETRY", "telemetry", false},
+    {Setting::kCtl, "DROCE_CTL", nullptr, false},
 }};
 
 // kSettings is indexed by Setting.

@@ -46,6 +46,7 @@ constexpr OpShape kShapes[kOpEnd] = {
     {sizeof(CmChannel), 1, 0, 0},                       // kCmOpen
     {sizeof(CmChannel), 0, 0, 0},                       // kCmClose
     {sizeof(CmCommand), 0, sizeof(CmResult), 0},        // kCmCommand
+    {sizeof(AdminReq), 0, sizeof(AdminRep), 1},         // kAdmin
 };
 
 absl::Status Bad(const char* what) { return absl::InvalidArgumentError(what); }
@@ -126,6 +127,12 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
       std::memcpy(&c, p, sizeof(c));
       transport::AddressVector av;
       return FromWire(c.av, &av);
+    }
+    case kAdmin: {
+      AdminReq a;
+      std::memcpy(&a, p, sizeof(a));
+      if (a.len > kAdminMaxReq) return Bad("admin request length");
+      return absl::OkStatus();
     }
     case kCmCommand: {
       CmCommand c;

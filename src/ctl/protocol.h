@@ -63,6 +63,10 @@ enum Op : uint16_t {
   kCmOpen,     // CmChannel + the channel's eventfd
   kCmClose,    // CmChannel
   kCmCommand,  // CmCommand -> CmResult
+  // Administration (`droce ctl`, src/admin/): a connection whose first
+  // message is kAdmin instead of kHello asks questions only; it creates no
+  // objects and gets no events.
+  kAdmin,  // AdminReq -> AdminRep + the answer's memfd
   kOpEnd,
 };
 
@@ -246,6 +250,18 @@ struct CmResult {
   uint32_t len;       // response bytes
   uint64_t response;  // the client's pointer they go to
   uint8_t bytes[kCmMaxOut];
+};
+
+// A request in JSON (src/admin/query.h has the commands); the answer is a
+// JSON document of any size in a sealed memfd.
+inline constexpr uint32_t kAdminMaxReq = 1024;
+struct AdminReq {
+  uint32_t len;  // bytes of json used
+  uint32_t pad;
+  char json[kAdminMaxReq];
+};
+struct AdminRep {
+  uint64_t len;  // bytes of the answer in fd 0
 };
 
 // Events, daemon → client, in the event ring (an SPSC queue::Ring of

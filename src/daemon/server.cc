@@ -140,7 +140,12 @@ class Server::Client {
   uint32_t ev_prod = 0;
   uint64_t ev_dropped = 0;
   uint32_t seq = 0;
-  bool hello = false;
+  std::atomic<bool> hello{false};
+  // An administration connection (`droce ctl`): kAdmin requests only.
+  std::atomic<bool> admin{false};
+  // Held by the client's thread while it handles a request or tears down;
+  // `droce ctl` reads the client's object sets under it.
+  std::mutex objs_mu;
   std::atomic<bool> done{false};  // its thread finished the teardown
   uint64_t memlock = 0;
   uint32_t nqps = 0, ncqs = 0, nmrs = 0;
@@ -166,8 +171,9 @@ struct Msg {
 // Handles one client's requests; knows the client's objects.
 class Handler {
  public:
-  Handler(Server::Client& c, ServerStats& st, const ClientLimits& lim, cm::Ucma* ucma, uint32_t cm_owner)
-      : c_(c), st_(st), lim_(lim), ucma_(ucma), cm_owner_(cm_owner) {}
+  Handler(Server::Client& c, ServerStats& st, const ClientLimits& lim, cm::Ucma* ucma, uint32_t cm_owner,
+          admin::Host* admin)
+      : c_(c), st_(st), lim_(lim), ucma_(ucma), cm_owner_(cm_owner), admin_(admin) {}
   ~Handler() {
     for (auto& [fd, mine] : cm_fds_) close(mine);
   }
@@ -200,6 +206,7 @@ class Handler {
   const ClientLimits& lim_;
   cm::Ucma* ucma_;
   uint32_t cm_owner_;  // the high half of this client's channel keys
+  admin::Host* admin_;
   absl::flat_hash_map<uint32_t, int> cm_fds_;  // the client's channel fd -> its eventfd here
 };
 
@@ -251,7 +258,7 @@ bool Handler::Hello(const ctl::Header& h, Msg& m) {
   if (!Reply(h, 0, &rep, sizeof(rep), &fd, 1)) return false;
   // Our own view: the geometry is ours, whatever the client writes there.
   c_.ev_ring = queue::Ring(c_.ev_shm.data());
-  c_.hello = true;
+  c_.hello.store(true, std::memory_order_release);
   return true;
 }
 
@@ -382,6 +389,17 @@ bool Handler::Handle(Msg& m) {
   }
   ctl::Header h;
   std::memcpy(&h, m.buf, sizeof(h));
+  // An administration connection asks questions and nothing else; its
+  // first message says so instead of a hello.
+  if (h.op == ctl::kAdmin && !c_.hello && h.seq == c_.seq + 1) {
+    c_.seq = h.seq;
+    c_.admin.store(true, std::memory_order_relaxed);
+    return admin::AnswerAdmin(*admin_, c_.sock, h.seq, m.buf, m.len, c_.uid);
+  }
+  if (c_.admin.load(std::memory_order_relaxed)) {
+    st_.bad_messages.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   // Replayed, reordered or skipped messages: the stream is not trustworthy.
   if (h.seq != c_.seq + 1 || (h.op == ctl::kHello) == c_.hello) {
     st_.bad_messages.fetch_add(1, std::memory_order_relaxed);
@@ -746,14 +764,113 @@ void Handler::Teardown() {
 
 }  // namespace
 
+// The daemon as `droce ctl` sees it: its devices, and its client
+// processes with their objects (read under each client's objs_mu, so a
+// query waits for a control call in progress, never the other way round for
+// long: a query copies sets and returns).
+class Server::AdminHost final : public admin::Host {
+ public:
+  explicit AdminHost(Server* s) : s_(s) {}
+  std::vector<engine::Device*> Devices() override { return s_->devices_; }
+
+  std::vector<admin::ClientInfo> Clients() override {
+    std::vector<admin::ClientInfo> out;
+    for (auto& c : Live()) {
+      admin::ClientInfo i;
+      i.pid = c->pid;
+      i.uid = c->uid;
+      i.comm = admin::CommOf(c->pid);
+      i.tag = c->tag;
+      std::lock_guard<std::mutex> l(c->objs_mu);
+      i.qps = c->nqps;
+      i.cqs = c->ncqs;
+      i.mrs = c->nmrs;
+      for (auto& d : c->devs) i.pds += static_cast<uint32_t>(d->pds.size());
+      i.mr_bytes = c->mr_bytes;
+      out.push_back(std::move(i));
+    }
+    return out;
+  }
+
+  admin::Owners OwnersOf(size_t dev) override {
+    admin::Owners o;
+    for (auto& c : Live()) {
+      o.qp_tag[c->tag] = c->pid;
+      std::lock_guard<std::mutex> l(c->objs_mu);
+      if (dev >= c->devs.size()) continue;
+      const Client::Dev& d = *c->devs[dev];
+      for (const auto& [id, entries] : d.cqs) o.cq[id] = c->pid;
+      for (const auto& [key, map] : d.mrs) o.mr[key] = c->pid;
+      for (uint32_t pd : d.pds) o.pd[pd] = c->pid;
+    }
+    return o;
+  }
+
+  absl::Status Kill(int32_t pid, uint32_t uid) override {
+    bool found = false;
+    for (auto& c : Live()) {
+      if (c->pid != pid) continue;
+      if (uid != 0 && uid != c->uid) {
+        return absl::PermissionDeniedError(absl::StrCat("client ", pid, " is another user's (uid ", c->uid, ")"));
+      }
+      // Its thread sees the connection end and tears it down as if the
+      // process had gone; the process gets IBV_EVENT_DEVICE_FATAL.
+      shutdown(c->sock, SHUT_RDWR);
+      found = true;
+    }
+    if (!found) return absl::NotFoundError(absl::StrCat("no client with pid ", pid));
+    return absl::OkStatus();
+  }
+
+  void AddHostStats(admin::Json* out) override {
+    const ServerStats& st = s_->stats_;
+    admin::Json& j = *out;
+    j["clients_live"] = st.clients_live.load();
+    j["clients_accepted"] = st.clients_accepted.load();
+    j["clients_refused"] = st.clients_refused.load();
+    j["bad_messages"] = st.bad_messages.load();
+    j["foreign_handles"] = st.foreign_handles.load();
+    j["objects_live"] = st.objects_live.load();
+    j["mr_maps_live"] = st.mr_maps_live.load();
+    j["mr_shared"] = st.mr_shared.load();
+    j["mr_moved"] = st.mr_moved.load();
+    j["mr_copied"] = st.mr_copied.load();
+    j["teardowns"] = st.teardowns.load();
+    if (s_->ucma_ != nullptr) {
+      const cm::CmStats cs = s_->ucma_->stats();
+#define DROCE_CM_STAT_JSON(name, desc) j["cm_" #name] = cs.name;
+      DROCE_CM_STATS(DROCE_CM_STAT_JSON)
+#undef DROCE_CM_STAT_JSON
+    }
+  }
+
+ private:
+  using Live_ = Server::Live;
+  // The verbs clients now (not the administration connections).
+  std::vector<std::shared_ptr<Client>> Live() {
+    std::vector<std::shared_ptr<Client>> v;
+    std::lock_guard<std::mutex> l(s_->mu_);
+    for (const Live_& x : s_->live_) {
+      if (!x.client->admin.load(std::memory_order_relaxed) && !x.client->done.load(std::memory_order_acquire) &&
+          x.client->hello.load(std::memory_order_acquire)) {
+        v.push_back(x.client);
+      }
+    }
+    return v;
+  }
+  Server* s_;
+};
+
 Server::Server(std::vector<engine::Device*> devices, ServerOptions opt)
     : devices_(std::move(devices)), opt_(std::move(opt)) {
   ucma_ = std::make_unique<cm::Ucma>();
   cm_ports_ = cm::AttachPorts(ucma_.get(), devices_);
   ucma_->Start();
+  admin_ = std::make_unique<AdminHost>(this);
 }
 
 Server::~Server() {
+  metrics_.reset();
   if (listen_fd_ >= 0) close(listen_fd_);
   if (stop_fd_ >= 0) close(stop_fd_);
 }
@@ -783,6 +900,14 @@ absl::Status Server::Listen() {
   }
   if (chmod(opt_.socket_path.c_str(), opt_.socket_mode) != 0 || listen(listen_fd_, 128) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("listen ", opt_.socket_path));
+  }
+  if (opt_.metrics_port != 0) {
+    auto m = admin::MetricsServer::Start(admin_.get(), opt_.metrics_address, opt_.metrics_port);
+    if (!m.ok()) {
+      unlink(opt_.socket_path.c_str());
+      return m.status();
+    }
+    metrics_ = std::move(*m);
   }
   return absl::OkStatus();
 }
@@ -833,6 +958,7 @@ void Server::Run() {
   }
   // Shutting down: every client hears DEVICE_FATAL, then its connection
   // ends and its thread tears it down.
+  metrics_.reset();
   for (engine::Device* d : devices_) d->Shutdown("droced is stopping");
   stopping_.store(true, std::memory_order_release);
   const uint64_t one = 1;
@@ -854,7 +980,8 @@ void Server::Stop() {
 
 void Server::Serve(std::shared_ptr<Client> c) {
   pthread_setname_np(pthread_self(), "droced-client");
-  Handler h(*c, stats_, opt_.limits, ucma_.get(), next_cm_owner_.fetch_add(1, std::memory_order_relaxed));
+  Handler h(*c, stats_, opt_.limits, ucma_.get(), next_cm_owner_.fetch_add(1, std::memory_order_relaxed),
+            admin_.get());
   auto m = std::make_unique<Msg>();
   const char* why = "disconnected";
   for (;;) {
@@ -884,7 +1011,15 @@ void Server::Serve(std::shared_ptr<Client> c) {
       break;
     }
     m->len = static_cast<size_t>(n);
-    const bool ok = h.Handle(*m);
+    bool ok;
+    if (c->admin.load(std::memory_order_relaxed) || c->seq == 0) {
+      // Administration (or the first message, which may make it so): its
+      // queries take the other clients' objs_mu, never its own.
+      ok = h.Handle(*m);
+    } else {
+      std::lock_guard<std::mutex> l(c->objs_mu);
+      ok = h.Handle(*m);
+    }
     m->CloseFds();
     if (!ok) {
       why = "protocol error";
@@ -893,7 +1028,10 @@ void Server::Serve(std::shared_ptr<Client> c) {
   }
   Log(LogLevel::kInfo, "droced: client pid %d (uid %u): %s; tearing down its objects (%llu events dropped)",
       static_cast<int>(c->pid), static_cast<unsigned>(c->uid), why, static_cast<unsigned long long>(c->ev_dropped));
-  h.Teardown();
+  {
+    std::lock_guard<std::mutex> l(c->objs_mu);
+    h.Teardown();
+  }
   stats_.teardowns.fetch_add(1, std::memory_order_relaxed);
   stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
   // Nothing of the engine refers to the client any more: its fds and shared

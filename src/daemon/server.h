@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "admin/query.h"
+#include "admin/serve.h"
 #include "cm/engine_port.h"
 #include "cm/ucma.h"
 #include "engine/device.h"
@@ -76,7 +78,11 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   std::string StatusLine() const;
 
+  // Where the metrics endpoint listens (0: off).
+  uint16_t metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
+
   class Client;
+  class AdminHost;
 
  private:
   void Serve(std::shared_ptr<Client> c);
@@ -98,6 +104,10 @@ class Server {
   std::unique_ptr<cm::Ucma> ucma_;
   std::vector<std::unique_ptr<cm::EnginePort>> cm_ports_;
   std::atomic<uint32_t> next_cm_owner_{1};
+  // `droce ctl` and the metrics endpoint (admin/query.h) see the devices
+  // and the clients through it.
+  std::unique_ptr<AdminHost> admin_;
+  std::unique_ptr<admin::MetricsServer> metrics_;
 };
 
 }  // namespace droce::daemon

@@ -43,7 +43,7 @@ bool Device::ResolveMac4(Worker& w, uint32_t dip, wire::MacAddr* mac) {
   if (r.request != ArpCache::Request::kNone) {
     // A refresh asks the known MAC directly and keeps using it meanwhile.
     SendArp(w, 1, r.request == ArpCache::Request::kUnicastProbe ? r.mac : wire::MacAddr{}, hop);
-    ++w.stats.arp_requests;
+    Bump(w.stats.arp_requests);
   }
   if (r.resolved) *mac = r.mac;
   return r.resolved;
@@ -134,7 +134,7 @@ void Device::HandleArp(Worker& w, const uint8_t* f, size_t len) {
   if (tpa != port_.ip) return;
   if (op == 1) {
     SendArp(w, 2, sha, spa);
-    ++w.stats.arp_replies;
+    Bump(w.stats.arp_replies);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -47,6 +48,14 @@ absl::StatusOr<Config> Device::CheckConfig() {
 
 int Device::Count() { return ConfiguredDeviceCount(); }
 
+namespace {
+std::atomic<Device*> g_started[config::kMaxDevices];
+}  // namespace
+
+Device* Device::Started(int index) {
+  return index >= 0 && index < config::kMaxDevices ? g_started[index].load(std::memory_order_acquire) : nullptr;
+}
+
 absl::StatusOr<Device*> Device::Instance(int index) {
   // Each device is started once, droce0 first (its worker brings up EAL); a
   // failed start is remembered and reported to every caller.
@@ -64,6 +73,7 @@ absl::StatusOr<Device*> Device::Instance(int index) {
       if (!cfg.ok()) return cfg.status();
       auto* d = new Device();  // lives until exit: the worker may still run at exit
       if (absl::Status s = d->Start(*cfg); !s.ok()) return s;
+      if (index < config::kMaxDevices) g_started[index].store(d, std::memory_order_release);
       return d;
     }();
   }
@@ -105,7 +115,8 @@ absl::Status Device::Setup(const Config& cfg) {
   // EAL makes the calling thread its main lcore, so droce0's worker 0 brings
   // it up; the other workers and devices are plain threads on the same EAL.
   if (cfg.index == 0) {
-    if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages}); !s.ok()) return s;
+    if (absl::Status s = io::InitEal({cfg.log_level, cfg.link, cfg.hugepages, cfg.telemetry}); !s.ok()) return s;
+    if (cfg.telemetry) RegisterTelemetry();
   } else {
     RegisterWithEal(absl::StrCat("droce", cfg.index, "-w0"));
   }
@@ -766,7 +777,7 @@ void Device::DeliverEvents(QpEntry* e) {
     // IBA 10.2.9.5: an SRQ in error takes every QP attached to it to the
     // error state (each then reports its last WQE). Those QPs may belong to
     // other workers: done with all of them stopped, after this turn.
-    ++e->owner->stats.srq_err;
+    Bump(e->owner->stats.srq_err);
     if (sink != nullptr) sink->SrqEvent(it->second.cookie, 14 /* IBV_EVENT_SRQ_ERR */);
     e->owner->exclusive.push_back([this, id = e->srq] { FailSrqQps(id); });
   }
@@ -791,6 +802,46 @@ Counters Device::ReadCounters() {
     }
   });
   return c;
+}
+
+Counters Device::PeekCounters() const {
+  Counters c;
+  for (const auto& w : workers_) {
+    for (const CounterInfo& i : kCounterInfo) c.*i.field += Peek(w->stats.*i.field);
+  }
+  return c;
+}
+
+void Device::PeekQpCounters(const std::function<void(uint32_t, uint64_t, const QpCounters&)>& f) {
+  // ctl_mu_ alone: the tables change only under it (RunOnWorker), and the
+  // counters are read with Peek, so the workers keep running.
+  std::lock_guard<std::mutex> l(ctl_mu_);
+  for (const auto& [qpn, e] : qps_) {
+    QpCounters c;
+    const QpCounters& live = e->qp->counters();
+    for (size_t i = 0; i < kNumQpCounters; ++i) c.values[i] = Peek(live.values[i]);
+    f(qpn, e->owner_tag, c);
+  }
+}
+
+Device::Resources Device::ReadResources() {
+  Resources r;
+  RunOnWorker([&] {
+    r.qps.reserve(qps_.size());
+    for (const auto& [qpn, e] : qps_) {
+      const transport::Qp& q = *e->qp;
+      r.qps.push_back({qpn, e->pd, e->send_cq, e->recv_cq, e->srq, q.attr().dest_qpn, q.next_psn(),
+                       q.expected_psn(), q.type(), q.state(), q.attr().path_mtu, e->owner_tag});
+    }
+    for (const auto& [id, c] : cqs_) r.cqs.push_back({id, c.region->capacity(), c.users});
+    for (const auto& [id, uses] : pds_) r.pds.push_back({id, uses});
+    mrs_.ForEachMr([&](const mem::Mr& mr) { r.mrs.push_back(mr); });
+  });
+  auto by = [](auto& v, auto key) { std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); }); };
+  by(r.qps, [](const QpRes& q) { return q.qpn; });
+  by(r.cqs, [](const CqRes& c) { return c.id; });
+  by(r.pds, [](const PdRes& p) { return p.id; });
+  return r;
 }
 
 absl::StatusOr<QpCounters> Device::ReadQpCounters(uint32_t qpn) {

@@ -51,6 +51,9 @@ namespace droce::engine {
 class Device;
 struct Worker;
 
+// droce's commands on DPDK's telemetry socket (telemetry.cc).
+void RegisterTelemetry();
+
 // droced: one client's doorbell queues (one per worker, in memory the client
 // writes). A QPN popped from them is rung only if the QP has the same owner.
 struct DoorbellSource {
@@ -144,6 +147,9 @@ class Device final : public Session {
   static absl::StatusOr<Device*> Instance(int index = 0);
   // Devices configured (DROCE_LINK entries separated by ';').
   static int Count();
+  // droce<index> if it has started (nullptr otherwise): for observers that
+  // must not start one (telemetry, `droce ctl`).
+  static Device* Started(int index);
   // Reads and validates the configuration without starting anything.
   static absl::StatusOr<Config> CheckConfig();
 
@@ -202,6 +208,34 @@ class Device final : public Session {
   int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
   int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
   Counters ReadCounters() override;
+  // The same, read while the workers run (Peek): for the live statistics.
+  Counters PeekCounters() const;
+  // Every QP's counters now, with its QPN and owner tag, read while the
+  // workers run; no QP is created or destroyed meanwhile (the control path
+  // waits).
+  void PeekQpCounters(const std::function<void(uint32_t qpn, uint64_t owner, const QpCounters&)>& f);
+  // `rdma res show`: the device's objects as they are, taken as a control
+  // call (workers stopped for the copy).
+  struct QpRes {
+    uint32_t qpn, pd, send_cq, recv_cq, srq, dest_qpn, sq_psn, rq_psn;
+    transport::QpType type;
+    transport::QpState state;
+    uint8_t path_mtu;
+    uint64_t owner;
+  };
+  struct CqRes {
+    uint32_t id, entries, users;
+  };
+  struct PdRes {
+    uint32_t id, users;
+  };
+  struct Resources {
+    std::vector<QpRes> qps;
+    std::vector<CqRes> cqs;
+    std::vector<mem::Mr> mrs;
+    std::vector<PdRes> pds;
+  };
+  Resources ReadResources();
   // One QP's counters, read on the worker (their only writer).
   absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn) override;
 

@@ -25,12 +25,12 @@ void Device::HandleGsi(Worker& w, const wire::PacketView& v) {
   GsiSink* sink = gsi_sink_.load(std::memory_order_acquire);
   if (v.bth.opcode != static_cast<uint8_t>(wire::Opcode::kUdSendOnly) || v.payload == nullptr ||
       v.payload_len < kMadLen || sink == nullptr) {
-    ++w.stats.gsi_drop;
+    Bump(w.stats.gsi_drop);
     return;
   }
   const wire::Deth deth = wire::read_deth(v.ext(wire::kBthLen));
   if (deth.qkey != kGsiQkey) {
-    ++w.stats.gsi_drop;
+    Bump(w.stats.gsi_drop);
     return;
   }
   LearnSender(w, v);
@@ -41,7 +41,7 @@ void Device::HandleGsi(Worker& w, const wire::PacketView& v) {
   mad.tclass = v.tos;
   mad.hop_limit = v.ttl;
   std::memcpy(mad.mad, v.payload, kMadLen);
-  ++w.stats.gsi_rcvd;
+  Bump(w.stats.gsi_rcvd);
   sink->OnGsi(mad);
 }
 
@@ -99,7 +99,7 @@ bool Device::DrainGsi(Worker& w) {
     wire::MacAddr mac;
     if (!ResolveMac(w, o.dgid, &mac)) {
       if (now - o.since_ns < kGsiHoldNs) waiting.push_back(o);
-      else if (!o.resolve_only) ++w.stats.gsi_drop;
+      else if (!o.resolve_only) Bump(w.stats.gsi_drop);
       continue;
     }
     resolved.push_back(o.dgid);
@@ -125,7 +125,7 @@ bool Device::DrainGsi(Worker& w) {
     }
     const size_t n = wire::build_frame({f.data, f.capacity}, path, h, {o.mad.data(), kMadLen});
     w.SendFrame(f, static_cast<uint32_t>(n));
-    ++w.stats.gsi_sent;
+    Bump(w.stats.gsi_sent);
     sent = true;
   }
   std::lock_guard<std::mutex> l(gsi_mu_);

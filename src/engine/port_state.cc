@@ -98,7 +98,7 @@ void Device::PollLinkState(Worker& w) {
   const bool active = up || (!link_seen_up_ && !dpdk_.reconnects());
   if (active == port_active()) return;
   port_active_.store(active, std::memory_order_relaxed);
-  if (!active) ++w.stats.link_downed;
+  if (!active) Bump(w.stats.link_downed);
   Log(active ? LogLevel::kInfo : LogLevel::kWarning, "%s: link %s", port_.name.c_str(), active ? "up" : "down");
   RaiseDeviceEvent(active ? kEventPortActive : kEventPortErr);
 }

@@ -319,7 +319,7 @@ void Device::HandleDoorbells(Worker& w) {
       if (it != qps_.end() && it->second->owner == &w && it->second->owner_tag == src->owner) {
         ring(it->second.get());
       } else {
-        ++w.stats.foreign_doorbells;
+        Bump(w.stats.foreign_doorbells);
       }
     }
     if (q.TakeOverflow()) {
@@ -375,7 +375,7 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   } else if (len <= sizeof(scratch)) {
     f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch));
   } else {
-    ++w.stats.malformed_pkts;
+    Bump(w.stats.malformed_pkts);
     rte_pktmbuf_free(m);
     return;
   }
@@ -383,7 +383,7 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
     // links & addressing: frames of another VLAN are not ours; ARP; ICMP and
     // ND below, where the RoCE parser turns them away as not UDP.
     if (!VlanAccepts(m, f, len)) {
-      ++w.stats.non_roce_drop;
+      Bump(w.stats.non_roce_drop);
       rte_pktmbuf_free(m);
       return;
     }
@@ -402,11 +402,11 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
       rte_pktmbuf_free(m);
       return;
     }
-    if (err == wire::ParseError::kBadIcrc) ++w.stats.icrc_err;
+    if (err == wire::ParseError::kBadIcrc) Bump(w.stats.icrc_err);
     else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
              err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
-             err == wire::ParseError::kIpFragment) ++w.stats.non_roce_drop;
-    else ++w.stats.malformed_pkts;
+             err == wire::ParseError::kIpFragment) Bump(w.stats.non_roce_drop);
+    else Bump(w.stats.malformed_pkts);
     rte_pktmbuf_free(m);
     return;
   }
@@ -418,7 +418,7 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   }
   const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
   if (!for_port) {
-    ++w.stats.non_roce_drop;
+    Bump(w.stats.non_roce_drop);
     rte_pktmbuf_free(m);
     return;
   }
@@ -431,7 +431,7 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   // A handed frame whose QP changed owners meanwhile (destroyed, its QPN
   // reused) is not passed on again.
   if (it == qps_.end() || (handed && it->second->owner != &w)) {
-    ++w.stats.unknown_qp;
+    Bump(w.stats.unknown_qp);
     rte_pktmbuf_free(m);
     return;
   }
@@ -449,11 +449,11 @@ void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
   // A full inbox is a loss on the wire as far as the peers can tell: RC
   // retransmits, UC and UD drop the message.
   if (rte_ring_mp_enqueue(to.inbox, m) != 0) {
-    ++from.stats.handoff_drop;
+    Bump(from.stats.handoff_drop);
     rte_pktmbuf_free(m);
     return;
   }
-  ++from.stats.handoff_pkts;
+  Bump(from.stats.handoff_pkts);
   from.handoff_targets |= 1u << to.index;
 }
 
@@ -464,12 +464,12 @@ void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
 void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed) {
   const std::vector<uint32_t>* members = nullptr;
   switch (mcast_.Route(v, &members)) {
-    case McastGroups::Verdict::kNotMulticastUd: ++w.stats.mcast_bad_drop; return;
-    case McastGroups::Verdict::kNoGroup: ++w.stats.mcast_no_group_drop; return;
+    case McastGroups::Verdict::kNotMulticastUd: Bump(w.stats.mcast_bad_drop); return;
+    case McastGroups::Verdict::kNoGroup: Bump(w.stats.mcast_no_group_drop); return;
     case McastGroups::Verdict::kDeliver: break;
   }
   if (!handed) {
-    ++w.stats.mcast_rcvd_pkts;
+    Bump(w.stats.mcast_rcvd_pkts);
     if (v.smac != port_.mac) LearnSender(w, v);  // not from our own sends
   }
   // Delivering raises no control call, so the member list cannot change
@@ -486,7 +486,7 @@ void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, 
     if (rte_mbuf* c = rte_pktmbuf_copy(m, dpdk_.pool(), 0, UINT32_MAX); c != nullptr) {
       HandOff(w, *workers_[__builtin_ctz(others)], c);
     } else {
-      ++w.stats.handoff_drop;
+      Bump(w.stats.handoff_drop);
     }
   }
 }
@@ -590,7 +590,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   const bool to_self = !dev->link_loops_back_ && dev->IsOwnAddress(f.data, len);
   dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   if (to_self) {
-    ++stats.self_loop_pkts;
+    Bump(stats.self_loop_pkts);
     self_loop.push_back(m);
     return;
   }

@@ -170,7 +170,7 @@ absl::Status InitEal(const EalOptions& opts) {
     // (--in-memory conflicts with --no-huge; --no-shconf gives the same.)
     for (const char* a : {"--no-huge", "-m", "256", "--no-shconf"}) args.push_back(a);
   }
-  args.push_back("--no-telemetry");
+  if (!opts.telemetry) args.push_back("--no-telemetry");
   args.push_back(absl::StrCat("--file-prefix=droce-", getpid()));
   args.push_back(absl::StrCat("--lcores=", lcores_arg()));
   args.push_back(absl::StrCat("--log-level=", rte_level(opts.log_level)));
@@ -200,7 +200,11 @@ absl::Status InitEal(const EalOptions& opts) {
   // EAL leaves an empty runtime directory per process even with
   // --no-shconf; remove it when the process exits.
   static std::string runtime_dir = rte_eal_get_runtime_dir();
-  std::atexit([] { rmdir(runtime_dir.c_str()); });
+  std::atexit([] {
+    // The telemetry sockets too (their own atexit runs after this one).
+    for (const char* f : {"dpdk_telemetry.v2", "telemetry"}) unlink((runtime_dir + "/" + f).c_str());
+    rmdir(runtime_dir.c_str());
+  });
   g_eal_hugepages = huge;
   return absl::OkStatus();
 }

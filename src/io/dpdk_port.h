@@ -25,6 +25,8 @@ struct EalOptions {
   // that one device (allow-list); anything else runs EAL with --no-pci.
   std::string link;
   HugepageMode hugepages = HugepageMode::kAuto;
+  // DPDK's telemetry socket (<runtime dir>/dpdk_telemetry.v2); off: --no-telemetry.
+  bool telemetry = false;
 };
 
 // Whether a link string names a PCI device ("DDDD:BB:DD.F" or "BB:DD.F").

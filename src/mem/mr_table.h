@@ -103,6 +103,13 @@ class MrTable {
     return s != nullptr && s->kind == Slot::kMr && s->mr.key == key ? &s->mr : nullptr;
   }
   size_t size() const { return live_mrs_; }
+  // Every registered MR, in key index order (control path).
+  template <typename F>
+  void ForEachMr(F f) const {
+    for (const Slot& s : slots_) {
+      if (s.kind == Slot::kMr) f(s.mr);
+    }
+  }
 
   // Memory windows.
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type);

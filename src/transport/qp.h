@@ -227,8 +227,12 @@ class Qp {
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
-  // This QP's counters (common/counters.h); read them on the worker.
+  // This QP's counters (common/counters.h): on the worker, or with Peek.
   const QpCounters& counters() const { return counters_; }
+  // The next PSN the requester sends and the one the responder expects
+  // (`rdma res show qp`'s sq-psn and rq-psn); read on the worker.
+  uint32_t next_psn() const { return next_psn_; }
+  uint32_t expected_psn() const { return epsn_; }
   // Events raised since the last call (bit i = QpEvent value i).
   uint32_t TakeEvents() {
     uint32_t e = events_;
@@ -348,8 +352,8 @@ class Qp {
   // One event, in this QP's counters and in the device's.
   void Count(QpCounter c) {
     const size_t i = static_cast<size_t>(c);
-    ++counters_.values[i];
-    ++(env_->Stats().*kQpCounterInfo[i].field);
+    Bump(counters_.values[i]);
+    Bump(env_->Stats().*kQpCounterInfo[i].field);
   }
 
   uint32_t qpn_;

@@ -1,0 +1,456 @@
+#include "admin/query.h"
+
+#include <arpa/inet.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/counters.h"
+#include "ctl/protocol.h"
+#include "queue/shm.h"
+
+namespace droce::admin {
+namespace {
+
+std::string Guid(uint64_t g) {
+  return absl::StrFormat("%04x:%04x:%04x:%04x", (g >> 48) & 0xFFFF, (g >> 32) & 0xFFFF, (g >> 16) & 0xFFFF,
+                         g & 0xFFFF);
+}
+
+std::string Mac(const wire::MacAddr& m) {
+  return absl::StrFormat("%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+}
+
+std::string Gid(const uint8_t* g) {
+  char buf[INET6_ADDRSTRLEN];
+  return inet_ntop(AF_INET6, g, buf, sizeof(buf)) != nullptr ? buf : "";
+}
+
+std::string Ip4(uint32_t host_order) {
+  in_addr a{htonl(host_order)};
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, &a, buf, sizeof(buf)) != nullptr ? buf : "";
+}
+
+int MtuBytes(uint8_t ibv_mtu) { return ibv_mtu >= 1 && ibv_mtu <= 5 ? 128 << ibv_mtu : 0; }
+
+const char* QpTypeName(transport::QpType t) {
+  switch (t) {
+    case transport::QpType::kRc: return "RC";
+    case transport::QpType::kUc: return "UC";
+    case transport::QpType::kUd: return "UD";
+  }
+  return "?";
+}
+
+// rdma's state names (RESET, INIT, RTR, RTS, SQD, SQE, ERR).
+const char* QpStateName(transport::QpState s) {
+  switch (s) {
+    case transport::QpState::kReset: return "RESET";
+    case transport::QpState::kInit: return "INIT";
+    case transport::QpState::kRtr: return "RTR";
+    case transport::QpState::kRts: return "RTS";
+    case transport::QpState::kSqd: return "SQD";
+    case transport::QpState::kSqe: return "SQE";
+    case transport::QpState::kErr: return "ERR";
+  }
+  return "?";
+}
+
+absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// Optional integer field; absent → -1.
+absl::StatusOr<int64_t> IntField(const Json& req, const char* name) {
+  auto it = req.find(name);
+  if (it == req.end()) return -1;
+  if (!it->is_number_integer() || it->get<int64_t>() < 0) return Bad(absl::StrCat("'", name, "' must be a number"));
+  return it->get<int64_t>();
+}
+
+struct Filter {
+  std::string dev;    // "" any
+  int64_t pid = -1;   // -1 any
+  int64_t qpn = -1;
+};
+
+absl::StatusOr<Filter> FilterOf(const Json& req, Host& host) {
+  Filter f;
+  if (auto it = req.find("dev"); it != req.end()) {
+    if (!it->is_string()) return Bad("'dev' must be a device name");
+    f.dev = it->get<std::string>();
+    // rdma accepts DEV or DEV/PORT; the one port is 1.
+    if (size_t slash = f.dev.find('/'); slash != std::string::npos) {
+      if (f.dev.substr(slash + 1) != "1") return Bad(absl::StrCat("no port '", f.dev.substr(slash + 1), "' (droce devices have port 1)"));
+      f.dev.resize(slash);
+    }
+    bool found = false;
+    for (engine::Device* d : host.Devices()) found |= d->port().name == f.dev;
+    if (!found) return Bad(absl::StrCat("no device '", f.dev, "'"));
+  }
+  auto pid = IntField(req, "pid");
+  if (!pid.ok()) return pid.status();
+  f.pid = *pid;
+  auto qpn = IntField(req, "qpn");
+  if (!qpn.ok()) return qpn.status();
+  f.qpn = *qpn;
+  return f;
+}
+
+Json DevHead(size_t index, const engine::Device& d) {
+  Json j;
+  j["ifindex"] = index;
+  j["ifname"] = d.port().name;
+  return j;
+}
+
+Json Devs(Host& host, const Filter& f) {
+  Json out = Json::array();
+  auto devs = host.Devices();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const engine::Device& d = *devs[i];
+    if (!f.dev.empty() && d.port().name != f.dev) continue;
+    Json j = DevHead(i, d);
+    j["node_type"] = "ca";
+    j["fw"] = "droce-0.1.0";
+    j["node_guid"] = Guid(engine::node_guid(d.port()));
+    j["sys_image_guid"] = Guid(engine::node_guid(d.port()));
+    j["workers"] = d.workers();
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Json Links(Host& host, const Filter& f) {
+  Json out = Json::array();
+  auto devs = host.Devices();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    const engine::Device& d = *devs[i];
+    if (!f.dev.empty() && d.port().name != f.dev) continue;
+    const engine::PortInfo& p = d.port();
+    Json j = DevHead(i, d);
+    j["port"] = 1;
+    j["state"] = d.dead() ? "DOWN" : d.port_active() ? "ACTIVE" : "DOWN";
+    j["physical_state"] = d.dead() ? "DISABLED" : d.port_active() ? "LINK_UP" : "POLLING";
+    j["link_layer"] = "Ethernet";
+    j["mac"] = Mac(p.mac);
+    j["ip"] = absl::StrCat(Ip4(p.ip), "/", p.prefix_len);
+    Json gids = Json::array();
+    for (unsigned g = 0; g < p.gid_count && g < 2; ++g) gids.push_back(Gid(p.gids[g]));
+    j["gids"] = std::move(gids);
+    j["active_mtu"] = MtuBytes(p.active_mtu);
+    j["link_mtu"] = p.link_mtu;
+    j["dead"] = d.dead();
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+int32_t Owner(const Owners& o, const absl::flat_hash_map<uint32_t, int32_t>& by, uint32_t key) {
+  auto it = by.find(key);
+  return it != by.end() ? it->second : o.fallback;
+}
+
+void AddPid(Json& j, int32_t pid, absl::flat_hash_map<int32_t, std::string>& comms) {
+  if (pid <= 0) return;
+  j["pid"] = pid;
+  auto [it, fresh] = comms.try_emplace(pid);
+  if (fresh) it->second = CommOf(pid);
+  j["comm"] = it->second;
+}
+
+absl::StatusOr<Json> Res(Host& host, const Json& req, const Filter& f) {
+  std::string kind = "summary";
+  if (auto it = req.find("kind"); it != req.end()) {
+    if (!it->is_string()) return Bad("'kind' must be qp, cq, mr or pd");
+    kind = it->get<std::string>();
+  }
+  if (kind != "summary" && kind != "qp" && kind != "cq" && kind != "mr" && kind != "pd") {
+    return Bad(absl::StrCat("unknown resource '", kind, "' (qp, cq, mr or pd)"));
+  }
+  Json out = Json::array();
+  absl::flat_hash_map<int32_t, std::string> comms;
+  auto devs = host.Devices();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    engine::Device& d = *devs[i];
+    if (!f.dev.empty() && d.port().name != f.dev) continue;
+    const engine::Device::Resources r = d.ReadResources();
+    const Owners o = host.OwnersOf(i);
+    auto keep = [&](int32_t pid) { return f.pid < 0 || pid == f.pid; };
+    if (kind == "summary") {
+      Json j = DevHead(i, d);
+      j["pd"] = r.pds.size();
+      j["cq"] = r.cqs.size();
+      j["qp"] = r.qps.size();
+      j["mr"] = r.mrs.size();
+      out.push_back(std::move(j));
+      continue;
+    }
+    if (kind == "qp") {
+      for (const auto& q : r.qps) {
+        auto it = o.qp_tag.find(q.owner);
+        const int32_t pid = it != o.qp_tag.end() ? it->second : o.fallback;
+        if (!keep(pid) || (f.qpn >= 0 && q.qpn != f.qpn)) continue;
+        Json j = DevHead(i, d);
+        j["port"] = 1;
+        j["lqpn"] = q.qpn;
+        if (q.type != transport::QpType::kUd) j["rqpn"] = q.dest_qpn;
+        j["type"] = QpTypeName(q.type);
+        j["state"] = QpStateName(q.state);
+        j["rq-psn"] = q.rq_psn;
+        j["sq-psn"] = q.sq_psn;
+        j["path-mig-state"] = "MIGRATED";
+        j["pdn"] = q.pd;
+        j["send-cqn"] = q.send_cq;
+        j["recv-cqn"] = q.recv_cq;
+        if (q.srq != 0) j["srqn"] = q.srq;
+        j["mtu"] = MtuBytes(q.path_mtu);
+        AddPid(j, pid, comms);
+        out.push_back(std::move(j));
+      }
+    } else if (kind == "cq") {
+      for (const auto& c : r.cqs) {
+        const int32_t pid = Owner(o, o.cq, c.id);
+        if (!keep(pid)) continue;
+        Json j = DevHead(i, d);
+        j["cqn"] = c.id;
+        j["cqe"] = c.entries;
+        j["users"] = c.users;
+        AddPid(j, pid, comms);
+        out.push_back(std::move(j));
+      }
+    } else if (kind == "mr") {
+      for (const auto& m : r.mrs) {
+        const int32_t pid = Owner(o, o.mr, m.key);
+        if (!keep(pid)) continue;
+        Json j = DevHead(i, d);
+        j["mrn"] = m.key >> 8;
+        j["rkey"] = absl::StrFormat("0x%x", m.key);
+        j["lkey"] = absl::StrFormat("0x%x", m.key);
+        j["mrlen"] = m.length;
+        j["pdn"] = m.pd;
+        AddPid(j, pid, comms);
+        out.push_back(std::move(j));
+      }
+    } else {
+      for (const auto& p : r.pds) {
+        const int32_t pid = Owner(o, o.pd, p.id);
+        if (!keep(pid)) continue;
+        Json j = DevHead(i, d);
+        j["pdn"] = p.id;
+        j["users"] = p.users;
+        AddPid(j, pid, comms);
+        out.push_back(std::move(j));
+      }
+    }
+  }
+  return out;
+}
+
+void AddCounters(Json& j, const Counters& c) {
+  for (const CounterInfo& i : kCounterInfo) j[i.name] = c.*i.field;
+}
+
+Json Stats(Host& host, const Filter& f, bool qps) {
+  Json out = Json::array();
+  absl::flat_hash_map<int32_t, std::string> comms;
+  auto devs = host.Devices();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    engine::Device& d = *devs[i];
+    if (!f.dev.empty() && d.port().name != f.dev) continue;
+    if (!qps) {
+      Json j = DevHead(i, d);
+      j["port"] = 1;
+      AddCounters(j, d.PeekCounters());
+      out.push_back(std::move(j));
+      continue;
+    }
+    const Owners o = host.OwnersOf(i);
+    d.PeekQpCounters([&](uint32_t qpn, uint64_t owner, const QpCounters& c) {
+      auto it = o.qp_tag.find(owner);
+      const int32_t pid = it != o.qp_tag.end() ? it->second : o.fallback;
+      if ((f.qpn >= 0 && qpn != f.qpn) || (f.pid >= 0 && pid != f.pid)) return;
+      Json j = DevHead(i, d);
+      j["port"] = 1;
+      j["lqpn"] = qpn;
+      AddPid(j, pid, comms);
+      for (size_t k = 0; k < kNumQpCounters; ++k) j[kQpCounterInfo[k].name] = c.values[k];
+      out.push_back(std::move(j));
+    });
+  }
+  // Sorted by QPN within a device, as `res show qp` lists them.
+  if (qps) {
+    std::stable_sort(out.begin(), out.end(), [](const Json& a, const Json& b) {
+      return std::pair(a["ifindex"].get<int>(), a["lqpn"].get<uint32_t>()) <
+             std::pair(b["ifindex"].get<int>(), b["lqpn"].get<uint32_t>());
+    });
+  }
+  return out;
+}
+
+Json Clients(Host& host, const Filter& f) {
+  Json out = Json::array();
+  for (const ClientInfo& c : host.Clients()) {
+    if (f.pid >= 0 && c.pid != f.pid) continue;
+    Json j;
+    j["pid"] = c.pid;
+    j["comm"] = c.comm;
+    j["uid"] = c.uid;
+    j["qp"] = c.qps;
+    j["cq"] = c.cqs;
+    j["mr"] = c.mrs;
+    j["pd"] = c.pds;
+    j["mr_bytes"] = c.mr_bytes;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// Prometheus label values escape \, " and newline.
+std::string Label(const std::string& v) {
+  std::string s;
+  for (char c : v) {
+    if (c == '\\' || c == '"') s += '\\';
+    if (c == '\n') {
+      s += "\\n";
+      continue;
+    }
+    s += c;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string CommOf(int32_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/comm"));
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
+  if (!req.is_object()) return Bad("a request is a JSON object");
+  auto cmd_it = req.find("cmd");
+  if (cmd_it == req.end() || !cmd_it->is_string()) return Bad("no 'cmd'");
+  const std::string cmd = cmd_it->get<std::string>();
+  auto f = FilterOf(req, host);
+  if (!f.ok()) return f.status();
+  if (cmd == "dev") return Devs(host, *f);
+  if (cmd == "link") return Links(host, *f);
+  if (cmd == "res") return Res(host, req, *f);
+  if (cmd == "stat") {
+    const bool qps = req.contains("qpn") || (req.contains("kind") && req["kind"] == "qp");
+    Json out = Stats(host, *f, qps);
+    if (!qps && f->dev.empty()) {
+      // Host-wide counters (droced's) as an entry of their own.
+      Json h;
+      host.AddHostStats(&h);
+      if (!h.empty()) {
+        h["ifname"] = "host";
+        out.push_back(std::move(h));
+      }
+    }
+    return out;
+  }
+  if (cmd == "client") return Clients(host, *f);
+  if (cmd == "kill") {
+    if (f->pid <= 0) return Bad("'kill' needs a 'pid'");
+    absl::Status s = host.Kill(static_cast<int32_t>(f->pid), uid);
+    if (!s.ok()) return s;
+    return Json::object({{"killed", f->pid}});
+  }
+  if (cmd == "metrics") return Json(PrometheusText(host));
+  return Bad(absl::StrCat("unknown command '", cmd, "'"));
+}
+
+std::string PrometheusText(Host& host) {
+  std::string out;
+  auto devs = host.Devices();
+  std::vector<Counters> dev_counters;
+  for (engine::Device* d : devs) dev_counters.push_back(d->PeekCounters());
+  for (const CounterInfo& i : kCounterInfo) {
+    absl::StrAppend(&out, "# HELP droce_", i.name, "_total ", i.description, "\n# TYPE droce_", i.name,
+                    "_total counter\n");
+    for (size_t k = 0; k < devs.size(); ++k) {
+      absl::StrAppend(&out, "droce_", i.name, "_total{device=\"", Label(devs[k]->port().name), "\",port=\"1\"} ",
+                      dev_counters[k].*i.field, "\n");
+    }
+  }
+  absl::StrAppend(&out, "# HELP droce_port_active Whether the port is ACTIVE (1) or DOWN (0)\n",
+                  "# TYPE droce_port_active gauge\n");
+  for (engine::Device* d : devs) {
+    absl::StrAppend(&out, "droce_port_active{device=\"", Label(d->port().name), "\",port=\"1\"} ",
+                    d->port_active() && !d->dead() ? 1 : 0, "\n");
+  }
+  // Per QP: one family per counter, a series per QP.
+  struct QpRow {
+    std::string labels;
+    QpCounters c;
+  };
+  std::vector<QpRow> rows;
+  absl::flat_hash_map<int32_t, std::string> comms;
+  for (size_t k = 0; k < devs.size(); ++k) {
+    const Owners o = host.OwnersOf(k);
+    devs[k]->PeekQpCounters([&](uint32_t qpn, uint64_t owner, const QpCounters& c) {
+      auto it = o.qp_tag.find(owner);
+      const int32_t pid = it != o.qp_tag.end() ? it->second : o.fallback;
+      rows.push_back({absl::StrCat("device=\"", Label(devs[k]->port().name), "\",qpn=\"", qpn, "\",pid=\"", pid,
+                                   "\""),
+                      c});
+    });
+  }
+  absl::StrAppend(&out, "# HELP droce_qps Queue pairs of the device\n# TYPE droce_qps gauge\n");
+  for (size_t k = 0; k < devs.size(); ++k) {
+    size_t n = 0;
+    for (const QpRow& r : rows) n += r.labels.starts_with(absl::StrCat("device=\"", Label(devs[k]->port().name), "\""));
+    absl::StrAppend(&out, "droce_qps{device=\"", Label(devs[k]->port().name), "\"} ", n, "\n");
+  }
+  for (size_t i = 0; i < kNumQpCounters; ++i) {
+    absl::StrAppend(&out, "# HELP droce_qp_", kQpCounterInfo[i].name, "_total ", kQpCounterInfo[i].description,
+                    " (this QP)\n# TYPE droce_qp_", kQpCounterInfo[i].name, "_total counter\n");
+    for (const QpRow& r : rows) {
+      absl::StrAppend(&out, "droce_qp_", kQpCounterInfo[i].name, "_total{", r.labels, "} ", r.c.values[i], "\n");
+    }
+  }
+  Json h;
+  host.AddHostStats(&h);
+  for (auto& [name, v] : h.items()) {
+    if (!v.is_number_unsigned() && !v.is_number_integer()) continue;
+    absl::StrAppend(&out, "# TYPE droce_", name, " gauge\ndroce_", name, " ", v.dump(), "\n");
+  }
+  return out;
+}
+
+bool AnswerAdmin(Host& host, int sock, uint32_t seq, const uint8_t* msg, size_t len, uint32_t uid) {
+  ctl::Header h;
+  std::memcpy(&h, msg, sizeof(h));
+  ctl::AdminReq req;
+  std::memcpy(&req, msg + sizeof(h), sizeof(req));
+  (void)len;
+  struct {
+    ctl::Reply r;
+    ctl::AdminRep a;
+  } rep{};
+  rep.r.h = {ctl::kMagic, static_cast<uint16_t>(ctl::kAdmin | ctl::kReplyBit), h.dev, seq, sizeof(rep)};
+  Json parsed = Json::parse(std::string_view(req.json, req.len), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<Json> answer = parsed.is_discarded() ? Bad("the request is not JSON") : Query(host, parsed, uid);
+  Json doc = answer.ok() ? Json{{"ok", true}, {"result", *answer}}
+                         : Json{{"ok", false}, {"error", std::string(answer.status().message())}};
+  std::string text = doc.dump(-1, ' ', false, Json::error_handler_t::replace);
+  auto shm = queue::ShmRegion::Create("droce-admin", text.size() + 1);
+  if (!shm.ok()) {
+    rep.r.err = ENOMEM;
+    return ctl::SendMsg(sock, &rep, sizeof(rep), nullptr, 0) == static_cast<ssize_t>(sizeof(rep));
+  }
+  std::memcpy(shm->data(), text.data(), text.size());
+  rep.a.len = text.size();
+  const int fd = shm->fd();
+  return ctl::SendMsg(sock, &rep, sizeof(rep), &fd, 1) == static_cast<ssize_t>(sizeof(rep));
+}
+
+}  // namespace droce::admin

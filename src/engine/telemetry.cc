@@ -1,0 +1,87 @@
+// droce's commands on DPDK's telemetry socket (DROCE_TELEMETRY=1), for
+// dpdk-telemetry.py and the tools built on it:
+//   /droce/devices            the started devices' names
+//   /droce/stats,DEV          a device's counters (DEV: index or name; default droce0)
+//   /droce/qps,DEV            its QPNs
+//   /droce/qp_stats,[DEV,]QPN one QP's counters
+// Read with Peek on the telemetry thread: the workers keep running.
+#include <rte_telemetry.h>
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "common/counters.h"
+#include "engine/device.h"
+
+namespace droce::engine {
+namespace {
+
+Device* DeviceOf(std::string_view p) {
+  if (p.empty()) return Device::Started(0);
+  for (int i = 0; i < config::kMaxDevices; ++i) {
+    Device* d = Device::Started(i);
+    if (d == nullptr) continue;
+    if (p == d->port().name || p == std::to_string(i)) return d;
+  }
+  return nullptr;
+}
+
+int Devices(const char*, const char*, rte_tel_data* d) {
+  rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
+  for (int i = 0; i < config::kMaxDevices; ++i) {
+    if (Device* dev = Device::Started(i)) rte_tel_data_add_array_string(d, dev->port().name.c_str());
+  }
+  return 0;
+}
+
+int Stats(const char*, const char* params, rte_tel_data* d) {
+  Device* dev = DeviceOf(params != nullptr ? params : "");
+  if (dev == nullptr) return -EINVAL;
+  const Counters c = dev->PeekCounters();
+  rte_tel_data_start_dict(d);
+  for (const CounterInfo& i : kCounterInfo) rte_tel_data_add_dict_u64(d, i.name, c.*i.field);
+  return 0;
+}
+
+int Qps(const char*, const char* params, rte_tel_data* d) {
+  Device* dev = DeviceOf(params != nullptr ? params : "");
+  if (dev == nullptr) return -EINVAL;
+  rte_tel_data_start_array(d, RTE_TEL_INT_VAL);
+  dev->PeekQpCounters([&](uint32_t qpn, uint64_t, const QpCounters&) { rte_tel_data_add_array_int(d, static_cast<int>(qpn)); });
+  return 0;
+}
+
+int QpStats(const char*, const char* params, rte_tel_data* d) {
+  std::string_view p = params != nullptr ? params : "";
+  std::string_view dev_name;
+  if (size_t comma = p.find(','); comma != std::string_view::npos) {
+    dev_name = p.substr(0, comma);
+    p.remove_prefix(comma + 1);
+  }
+  Device* dev = DeviceOf(dev_name);
+  if (dev == nullptr || p.empty()) return -EINVAL;
+  const std::string s(p);
+  char* end = nullptr;
+  const unsigned long qpn = std::strtoul(s.c_str(), &end, 0);
+  if (*end != '\0') return -EINVAL;
+  bool found = false;
+  dev->PeekQpCounters([&](uint32_t n, uint64_t, const QpCounters& c) {
+    if (n != qpn) return;
+    found = true;
+    rte_tel_data_start_dict(d);
+    for (size_t i = 0; i < kNumQpCounters; ++i) rte_tel_data_add_dict_u64(d, kQpCounterInfo[i].name, c.values[i]);
+  });
+  return found ? 0 : -EINVAL;
+}
+
+}  // namespace
+
+void RegisterTelemetry() {
+  rte_telemetry_register_cmd("/droce/devices", Devices, "droce's started devices. No parameters");
+  rte_telemetry_register_cmd("/droce/stats", Stats, "A droce device's counters. Parameter: device name or index");
+  rte_telemetry_register_cmd("/droce/qps", Qps, "A droce device's QPNs. Parameter: device name or index");
+  rte_telemetry_register_cmd("/droce/qp_stats", QpStats, "One QP's counters. Parameters: [device,]qpn");
+}
+
+}  // namespace droce::engine
