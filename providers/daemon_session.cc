@@ -30,6 +30,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "admin/serve.h"
 #include "client_memory.h"
 #include "ctl/protocol.h"
 #include "daemon/server.h"
@@ -651,6 +652,12 @@ absl::StatusOr<engine::Session*> session_for(int index) {
   if (daemon_socket().empty()) {
     auto d = engine::Device::Instance(index);
     if (!d.ok()) return d.status();
+    // DROCE_CTL=1: answer `droce ctl --pid` once a device runs.
+    static const bool ctl = [] {
+      auto cfg = engine::Device::CheckConfig();
+      return cfg.ok() && cfg->ctl;
+    }();
+    if (ctl) admin::StartEmbeddedCtl();
     return static_cast<engine::Session*>(*d);
   }
   auto c = Connection::Get();

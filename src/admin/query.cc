@@ -419,9 +419,12 @@ std::string PrometheusText(Host& host) {
   }
   Json h;
   host.AddHostStats(&h);
+  // The host's (droced's): what is live now is a gauge, the rest counts.
   for (auto& [name, v] : h.items()) {
     if (!v.is_number_unsigned() && !v.is_number_integer()) continue;
-    absl::StrAppend(&out, "# TYPE droce_", name, " gauge\ndroce_", name, " ", v.dump(), "\n");
+    const bool gauge = name.ends_with("_live") || name == "cm_ids";
+    const std::string metric = absl::StrCat("droced_", name, gauge ? "" : "_total");
+    absl::StrAppend(&out, "# TYPE ", metric, gauge ? " gauge\n" : " counter\n", metric, " ", v.dump(), "\n");
   }
   return out;
 }
@@ -440,7 +443,9 @@ bool AnswerAdmin(Host& host, int sock, uint32_t seq, const uint8_t* msg, size_t 
   Json parsed = Json::parse(std::string_view(req.json, req.len), nullptr, /*allow_exceptions=*/false);
   absl::StatusOr<Json> answer = parsed.is_discarded() ? Bad("the request is not JSON") : Query(host, parsed, uid);
   Json doc = answer.ok() ? Json{{"ok", true}, {"result", *answer}}
-                         : Json{{"ok", false}, {"error", std::string(answer.status().message())}};
+                         : Json{{"ok", false},
+                                {"error", std::string(answer.status().message())},
+                                {"code", absl::StatusCodeToString(answer.status().code())}};
   std::string text = doc.dump(-1, ' ', false, Json::error_handler_t::replace);
   auto shm = queue::ShmRegion::Create("droce-admin", text.size() + 1);
   if (!shm.ok()) {

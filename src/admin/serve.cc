@@ -68,7 +68,6 @@ MetricsServer::~MetricsServer() {
   if (mhd_ != nullptr) MHD_stop_daemon(mhd_);
 }
 
-std::string EmbeddedCtlName(pid_t pid) { return absl::StrCat(std::string(1, '\0'), "droce-ctl.", pid); }
 
 std::vector<engine::Device*> EmbeddedHost::Devices() {
   std::vector<engine::Device*> v;
@@ -129,7 +128,7 @@ void StartEmbeddedCtl() {
     if (s < 0) return;
     sockaddr_un sa{};
     sa.sun_family = AF_UNIX;
-    const std::string name = EmbeddedCtlName(getpid());
+    const std::string name = ctl::EmbeddedCtlName(getpid());
     std::memcpy(sa.sun_path, name.data(), name.size());
     const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + name.size());
     if (bind(s, reinterpret_cast<sockaddr*>(&sa), len) != 0 || listen(s, 8) != 0) {

@@ -34,11 +34,6 @@ class MetricsServer {
   uint16_t port_ = 0;
 };
 
-// The abstract socket name an embedded process with DROCE_CTL=1 answers on
-// ("\0droce-ctl.<pid>", no file): connect with sizeof(sa_family_t) + the
-// returned string's size.
-std::string EmbeddedCtlName(pid_t pid);
-
 // The host of an embedded process: its started devices, itself as the one
 // client. Kill is refused (there is no daemon to detach it from).
 class EmbeddedHost final : public Host {

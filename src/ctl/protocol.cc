@@ -331,4 +331,6 @@ ssize_t RecvMsg(int sock, void* buf, size_t cap, int* fds, int* nfds) {
   return n;
 }
 
+std::string EmbeddedCtlName(pid_t pid) { return absl::StrCat(std::string(1, '\0'), "droce-ctl.", pid); }
+
 }  // namespace droce::ctl

@@ -13,8 +13,11 @@
 // refused with a disconnect, as is anything before kHello or a second one.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "engine/session.h"
@@ -22,6 +25,9 @@
 namespace droce::ctl {
 
 inline constexpr uint32_t kMagic = 0x434f5244;  // "DROC"
+// droced's control socket unless told otherwise (droced --socket,
+// DROCE_DAEMON).
+inline constexpr const char* kDefaultSocket = "/run/droce/droced.sock";
 inline constexpr uint16_t kVersion = 1;
 inline constexpr uint16_t kReplyBit = 0x8000;
 inline constexpr int kMaxFds = 8;
@@ -263,6 +269,10 @@ struct AdminReq {
 struct AdminRep {
   uint64_t len;  // bytes of the answer in fd 0
 };
+// The abstract socket name an embedded process with DROCE_CTL=1 answers
+// admin requests on ("\0droce-ctl.<pid>", no file): connect with
+// offsetof(sockaddr_un, sun_path) + the string's size.
+std::string EmbeddedCtlName(pid_t pid);
 
 // Events, daemon → client, in the event ring (an SPSC queue::Ring of
 // EventRecord slots in a memfd the daemon made and sealed).

@@ -391,9 +391,15 @@ bool Handler::Handle(Msg& m) {
   std::memcpy(&h, m.buf, sizeof(h));
   // An administration connection asks questions and nothing else; its
   // first message says so instead of a hello.
-  if (h.op == ctl::kAdmin && !c_.hello && h.seq == c_.seq + 1) {
+  if (h.op == ctl::kAdmin && !c_.hello && (h.seq == c_.seq + 1)) {
+    if (!c_.admin.load(std::memory_order_relaxed)) {
+      // Not a verbs client after all: it is counted apart.
+      c_.admin.store(true, std::memory_order_relaxed);
+      st_.clients_accepted.fetch_sub(1, std::memory_order_relaxed);
+      st_.clients_live.fetch_sub(1, std::memory_order_relaxed);
+    }
     c_.seq = h.seq;
-    c_.admin.store(true, std::memory_order_relaxed);
+    st_.admin_requests.fetch_add(1, std::memory_order_relaxed);
     return admin::AnswerAdmin(*admin_, c_.sock, h.seq, m.buf, m.len, c_.uid);
   }
   if (c_.admin.load(std::memory_order_relaxed)) {
@@ -836,6 +842,7 @@ class Server::AdminHost final : public admin::Host {
     j["mr_moved"] = st.mr_moved.load();
     j["mr_copied"] = st.mr_copied.load();
     j["teardowns"] = st.teardowns.load();
+    j["admin_requests"] = st.admin_requests.load();
     if (s_->ucma_ != nullptr) {
       const cm::CmStats cs = s_->ucma_->stats();
 #define DROCE_CM_STAT_JSON(name, desc) j["cm_" #name] = cs.name;
@@ -1026,14 +1033,19 @@ void Server::Serve(std::shared_ptr<Client> c) {
       break;
     }
   }
-  Log(LogLevel::kInfo, "droced: client pid %d (uid %u): %s; tearing down its objects (%llu events dropped)",
-      static_cast<int>(c->pid), static_cast<unsigned>(c->uid), why, static_cast<unsigned long long>(c->ev_dropped));
-  {
-    std::lock_guard<std::mutex> l(c->objs_mu);
-    h.Teardown();
+  if (c->admin.load(std::memory_order_relaxed)) {
+    Log(LogLevel::kDebug, "droced: droce ctl pid %d (uid %u): %s", static_cast<int>(c->pid),
+        static_cast<unsigned>(c->uid), why);
+  } else {
+    Log(LogLevel::kInfo, "droced: client pid %d (uid %u): %s; tearing down its objects (%llu events dropped)",
+        static_cast<int>(c->pid), static_cast<unsigned>(c->uid), why, static_cast<unsigned long long>(c->ev_dropped));
+    {
+      std::lock_guard<std::mutex> l(c->objs_mu);
+      h.Teardown();
+    }
+    stats_.teardowns.fetch_add(1, std::memory_order_relaxed);
+    stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
   }
-  stats_.teardowns.fetch_add(1, std::memory_order_relaxed);
-  stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
   // Nothing of the engine refers to the client any more: its fds and shared
   // memory go now, not when its thread is reaped.
   c->Release();

@@ -20,13 +20,14 @@
 #include "admin/query.h"
 #include "admin/serve.h"
 #include "cm/engine_port.h"
+#include "ctl/protocol.h"
 #include "cm/ucma.h"
 #include "engine/device.h"
 
 namespace droce::daemon {
 
 // Where droced listens and clients look when DROCE_DAEMON is not set.
-inline constexpr const char* kDefaultSocket = "/run/droce/droced.sock";
+inline constexpr const char* kDefaultSocket = ctl::kDefaultSocket;
 
 // Per-client limits (0: none beyond the device's own).
 struct ClientLimits {
@@ -62,6 +63,7 @@ struct ServerStats {
   std::atomic<uint64_t> mr_maps_live{0};      // client memory mapped into the daemon
   std::atomic<uint64_t> mr_shared{0}, mr_moved{0}, mr_copied{0};  // registrations per tier
   std::atomic<uint64_t> teardowns{0};
+  std::atomic<uint64_t> admin_requests{0};    // `droce ctl` questions (not clients)
 };
 
 class Server {

@@ -3,6 +3,8 @@
 //   droce exec [flags] -- PROGRAM [ARGS...]   run PROGRAM with libdroce.so preloaded
 //   droce demo [--iters N] [--size B] [--timeout S] [--workers N]
 //                                             ibv_rc_pingpong server+client over memif
+//   droce ctl [-j] OBJECT [show ...]          droce's `rdma`: devices, links, resources,
+//                                             counters and clients of a running engine
 //   droce version | help
 //
 // The launcher does not link DPDK or libibverbs: it only validates flags, turns
@@ -38,6 +40,7 @@
 #include <vector>
 
 #include "config/settings.h"
+#include "ctl.h"
 #include "pcap_check.h"
 
 #ifndef DROCE_VERSION
@@ -150,6 +153,9 @@ constexpr std::string_view kUsage =
     "        run an unmodified ibv_rc_pingpong server and client through droce over a\n"
     "        memif link (defaults: --iters 1000 --size 4096 --timeout 60; --workers\n"
     "        is passed to both sides' exec)\n"
+    "  ctl [-j] [--socket PATH | --pid PID] OBJECT [show ...]\n"
+    "        what a running droced (or a program run with DROCE_CTL=1) has: dev, link,\n"
+    "        res qp|cq|mr|pd, stat, client show|kill, metrics (see 'droce ctl help')\n"
     "  pcap-check [-v] FILE...\n"
     "        check every RoCEv2 packet of pcap/pcapng captures (headers, ICRC)\n"
     "  version\n"
@@ -827,5 +833,6 @@ int main(int argc, char** argv) {
   if (cmd == "exec") return CmdExec(args);
   if (cmd == "demo") return CmdDemo(args);
   if (cmd == "pcap-check") return PcapCheckMain(argc - 1, argv + 1);
+  if (cmd == "ctl") return droce::tools::CtlMain(args);
   return UsageError(StrCat("unknown command '", cmd, "' (see 'droce help')"));
 }

@@ -36,7 +36,7 @@ int Usage(const std::string& msg) {
 }
 
 constexpr std::string_view kHelp =
-    "usage: droced [--socket PATH] [--link DEVARGS] [--ip A.B.C.D/N] [--ip6 ADDR/N] [--mtu N]\n"
+    "usage: droced [--socket PATH] [--metrics-port N] [--metrics-address A] [--link DEVARGS] [--ip A.B.C.D/N] [--ip6 ADDR/N] [--mtu N]\n"
     "              [--workers N] [--worker-cpu N] [--mac MAC] [--gateway A] [--vlan N] [--log-level L] ...\n"
     "Every option but --socket is a DROCE_* setting with the same syntax (docs/CONFIG.md);\n"
     "';'-separated lists give several devices. Default socket: /run/droce/droced.sock.\n";
@@ -45,6 +45,8 @@ constexpr std::string_view kHelp =
 
 int main(int argc, char** argv) {
   std::string socket_path = droce::daemon::kDefaultSocket;
+  std::string metrics_address = "127.0.0.1";
+  uint16_t metrics_port = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -63,6 +65,17 @@ int main(int argc, char** argv) {
     if (value.empty()) return Usage("--" + name + " must not be empty");
     if (name == "socket") {
       socket_path = value;
+      continue;
+    }
+    if (name == "metrics-address") {
+      metrics_address = value;
+      continue;
+    }
+    if (name == "metrics-port") {
+      char* end = nullptr;
+      const long p = std::strtol(value.c_str(), &end, 10);
+      if (*end != '\0' || p < 0 || p > 65535) return Usage("--metrics-port must be a port number (0: off)");
+      metrics_port = static_cast<uint16_t>(p);
       continue;
     }
     const droce::config::SettingInfo* info = nullptr;
@@ -89,6 +102,8 @@ int main(int argc, char** argv) {
   }
   droce::daemon::ServerOptions opt;
   opt.socket_path = socket_path;
+  opt.metrics_address = metrics_address;
+  opt.metrics_port = metrics_port;
   droce::daemon::Server server(devices, opt);
   if (absl::Status s = server.Listen(); !s.ok()) {
     std::fprintf(stderr, "droced: %s\n", std::string(s.message()).c_str());
@@ -102,6 +117,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::fprintf(stderr, "droced: %zu device%s, listening on %s\n", devices.size(), devices.size() == 1 ? "" : "s",
                socket_path.c_str());
+  if (server.metrics_port() != 0) {
+    std::fprintf(stderr, "droced: metrics on http://%s:%u/metrics\n", metrics_address.c_str(), server.metrics_port());
+  }
   server.Run();
   std::fprintf(stderr, "droced: stopped (%s)\n", server.StatusLine().c_str());
   g_server = nullptr;

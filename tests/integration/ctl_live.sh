@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Operating droce (docs/OPERATIONS.md): while ib_send_bw runs between two
+# clients of one droced, `droce ctl -j` shows the devices, links, clients,
+# QPs, CQs, MRs, PDs and counters; the Prometheus endpoint and DPDK's
+# telemetry socket serve the same counters, which move during the run and,
+# once it is over, agree exactly and account for every packet perftest sent.
+# Then an embedded program with DROCE_CTL=1 answers `droce ctl --pid`, and
+# bad arguments get one line and exit status 2.
+#
+# usage: ctl_live.sh LAUNCHER DROCED IB_SEND_BW IBV_RC_PINGPONG
+set -uo pipefail
+launcher=$1 droced=$2 send_bw=$3 rc_pingpong=$4
+export DROCE_TEST_DROCED=$droced
+dir=$(mktemp -d /tmp/droce-ctl.XXXXXX)
+daemon_pids=()
+fail=0
+pids=()
+# shellcheck source=pair_common.sh
+source "$(dirname "$0")/pair_common.sh"
+
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill_group "$p"; done
+  for p in "${daemon_pids[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+die() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+
+ctl() { "$launcher" ctl --socket "$dir/d0.sock" "$@"; }
+# jq-free JSON checks: py EXPR with `j` the JSON on stdin.
+py() { /usr/bin/python3 -c "import json,sys; j=json.load(sys.stdin); $1"; }
+
+mport=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+start_daemon d0 --ip 10.77.1.1/24 --metrics-port "$mport" --telemetry 1
+dpid=${daemon_pids[0]}
+# timeout's child is droced.
+for _ in $(seq 1 50); do
+  droced_pid=$(pgrep -P "$dpid" -x droced) && break
+  sleep 0.05
+done
+tsock=/var/run/dpdk/droce-$droced_pid/dpdk_telemetry.v2
+[ -S "$tsock" ] || die "no telemetry socket at $tsock"
+
+scrape() { curl -sf "http://127.0.0.1:$mport/metrics"; }
+# telemetry CMD: one command's JSON answer on DPDK's telemetry socket.
+telemetry() {
+  /usr/bin/python3 - "$tsock" "$1" <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sys.argv[1])
+s.recv(1024)
+s.send(sys.argv[2].encode())
+print(s.recv(1 << 20).decode())
+EOF
+}
+dev_ctr() { ctl -j stat show link droce0/1 | py "print(j[0]['$1'])"; }
+prom_ctr() { scrape | awk -v m="droce_$1_total{device=\"droce0\",port=\"1\"}" '$1 == m { print $2 }'; }
+tele_ctr() { telemetry /droce/stats,droce0 | py "print(j['/droce/stats']['$1'])"; }
+
+# --- at rest ---------------------------------------------------------------
+ctl -j dev show | py "assert j[0]['ifname'] == 'droce0' and j[0]['node_type'] == 'ca', j" || die "dev show"
+ctl -j link show | py "assert j[0]['state'] == 'ACTIVE' and j[0]['ip'] == '10.77.1.1/24', j" || die "link show"
+ctl -j res show | py "assert (j[0]['qp'], j[0]['cq'], j[0]['mr'], j[0]['pd']) == (0, 0, 0, 0), j" || die "res show"
+s0=$(dev_ctr sent_pkts) r0=$(dev_ctr rcvd_pkts)
+[ "$(prom_ctr sent_pkts)" = "$s0" ] && [ "$(tele_ctr sent_pkts)" = "$s0" ] || die "the three views disagree at rest"
+
+# --- during ib_send_bw -------------------------------------------------------
+iters=40000 size=65536 mtu=1024
+pkts=$(( iters * (size / mtu) ))
+timeout 60 "$launcher" exec --daemon "$dir/d0.sock" -- "$send_bw" -x 0 -p 18621 -s $size -n $iters \
+  </dev/null >"$dir/server.log" 2>&1 &
+pids+=($!)
+server=$!
+start_client() {
+  timeout 60 "$launcher" exec --daemon "$dir/d0.sock" -- "$send_bw" -x 0 -p 18621 -s $size -n $iters 127.0.0.1 \
+    </dev/null >"$1" 2>&1 &
+  last_pid=$!
+  pids+=($!)
+}
+sleep 0.3
+start_client "$dir/client.log"
+client=$last_pid
+# Two QPs, one per client, in RTS/RTR, before the traffic ends.
+for _ in $(seq 1 100); do
+  n=$(ctl -j res show qp | py "print(len(j))" 2>/dev/null)
+  [ "$n" = 2 ] && [ "$(ctl -j stat show qp | py "print(max(q['sent_pkts'] for q in j))")" -gt 0 ] && break
+  sleep 0.05
+done
+ctl -j client show | py "
+assert len(j) == 2, j
+assert all(c['comm'] == 'ib_send_bw' and c['qp'] == 1 and c['mr'] == 1 and c['pd'] == 1 for c in j), j
+" || die "client show during the run"
+ctl -j res show qp | py "
+pids = sorted(c for c in [q['pid'] for q in j])
+assert len(j) == 2 and all(q['type'] == 'RC' for q in j), j
+assert {q['state'] for q in j} <= {'RTS', 'RTR'}, j
+assert j[0]['rqpn'] == j[1]['lqpn'] and j[1]['rqpn'] == j[0]['lqpn'], j
+" || die "res show qp during the run"
+ctl -j res show cq | py "assert len(j) == 4 and all(c['cqe'] > 0 for c in j), j" || die "res show cq"
+ctl -j res show mr | py "assert len(j) == 2 and all(m['mrlen'] >= $size for m in j), j" || die "res show mr"
+cpid=$(ctl -j client show | py "print(j[0]['pid'])")
+ctl -j res show qp pid "$cpid" | py "assert len(j) == 1 and j[0]['pid'] == $cpid, j" || die "res show qp pid"
+# The counters move while the traffic runs, in every view.
+a=$(ctl -j stat show qp | py "print(max(q['sent_pkts'] for q in j))")
+pa=$(scrape | awk '/^droce_qp_sent_pkts_total/ { if ($2 > m) m = $2 } END { print m + 0 }')
+ta=$(tele_ctr sent_pkts)
+sleep 0.4
+b=$(ctl -j stat show qp | py "print(max(q['sent_pkts'] for q in j))")
+pb=$(scrape | awk '/^droce_qp_sent_pkts_total/ { if ($2 > m) m = $2 } END { print m + 0 }')
+tb=$(tele_ctr sent_pkts)
+kill -0 "$client" 2>/dev/null || die "the run ended before the second sample (make it longer)"
+echo "during the run: QP sent_pkts $a -> $b (ctl), $pa -> $pb (Prometheus); device $ta -> $tb (telemetry)"
+[ "$b" -gt "$a" ] && [ "$pb" -gt "$pa" ] && [ "$tb" -gt "$ta" ] || die "a counter did not move during the run"
+[ "$b" -le "$pkts" ] || die "the client's QP sent $b packets, more than the $pkts of the run"
+telemetry /droce/qps,droce0 | py "assert len(j['/droce/qps']) == 2, j" || die "telemetry /droce/qps"
+qpn=$(ctl -j res show qp | py "print(j[0]['lqpn'])")
+telemetry "/droce/qp_stats,droce0,$qpn" | py "assert j['/droce/qp_stats']['sent_pkts'] >= 0, j" ||
+  die "telemetry /droce/qp_stats"
+ctl stat show qp "$qpn" | grep -q "^link droce0/1 lqpn $qpn pid [0-9]* comm ib_send_bw sent_pkts" ||
+  die "stat show qp N (text)"
+
+wait "$client"; crc=$?
+wait "$server"; src=$?
+pids=()
+[ "$crc" -eq 0 ] && [ "$src" -eq 0 ] || die "ib_send_bw exited $src/$crc"
+grep -qE "^ *$size +$iters " "$dir/client.log" || die "ib_send_bw printed no result"
+
+# --- after: the views agree, and account for the run's packets --------------
+for _ in $(seq 1 50); do
+  [ "$(ctl -j res show | py "print(j[0]['qp'])")" = 0 ] && break
+  sleep 0.1
+done
+s1=$(dev_ctr sent_pkts) r1=$(dev_ctr rcvd_pkts)
+ps1=$(prom_ctr sent_pkts) ts1=$(tele_ctr sent_pkts)
+echo "after: device sent_pkts +$(( s1 - s0 )), rcvd_pkts +$(( r1 - r0 )) for $pkts data packets;" \
+  "Prometheus $ps1, telemetry $ts1, ctl $s1"
+[ "$ps1" = "$s1" ] && [ "$ts1" = "$s1" ] || die "ctl, Prometheus and telemetry disagree at rest"
+[ $(( s1 - s0 )) -ge "$pkts" ] && [ $(( r1 - r0 )) -ge "$pkts" ] || die "fewer packets counted than the run sent"
+scrape | grep -q '^droced_clients_live 0$' || die "droced_clients_live is not 0 after the run"
+ctl -j client show | py "assert j == [], j" || die "clients left after the run"
+
+# --- bad arguments -------------------------------------------------------------
+for args in "res show bogus" "dev show droce9" "stat show qp x" "client kill" "frob" "--pid 0 dev" "dev list extra"; do
+  # shellcheck disable=SC2086
+  err=$(ctl $args 2>&1 >/dev/null); rc=$?
+  [ "$rc" -eq 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] && [[ $err == "droce ctl: "* ]] ||
+    die "droce ctl $args: exit $rc, '$err' (want one line, exit 2)"
+done
+"$launcher" ctl --socket "$dir/none.sock" dev >/dev/null 2>&1; [ $? -eq 1 ] || die "no daemon: want exit 1"
+
+# --- embedded, DROCE_CTL=1 -------------------------------------------------------
+DROCE_CTL=1 timeout 30 "$launcher" exec -- "$rc_pingpong" -g 0 -p 18622 </dev/null >"$dir/embedded.log" 2>&1 &
+pids+=($!)
+epid=""
+for _ in $(seq 1 100); do
+  epid=$(pgrep -P "${pids[-1]}" -x ibv_rc_pingpong) &&
+    "$launcher" ctl --pid "$epid" -j res show qp 2>/dev/null | py "assert len(j) == 1" 2>/dev/null && break
+  sleep 0.05
+done
+"$launcher" ctl --pid "$epid" -j res show qp | py "assert j[0]['pid'] == $epid and j[0]['type'] == 'RC', j" ||
+  die "embedded res show qp"
+"$launcher" ctl --pid "$epid" -j client show | py "assert [c['pid'] for c in j] == [$epid], j" ||
+  die "embedded client show"
+"$launcher" ctl --pid "$epid" -j stat show | py "assert j[0]['ifname'] == 'droce0', j" || die "embedded stat show"
+"$launcher" ctl --pid "$epid" client kill "$epid" >/dev/null 2>&1; [ $? -eq 1 ] || die "embedded client kill: want 1"
+kill_group "${pids[-1]}"
+pids=()
+
+stop_daemons
+[ "$fail" -eq 0 ] || exit 1
+echo "PASS"
