@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/background.h"
 #include "common/counters.h"
 #include "ctl/protocol.h"
 #include "queue/shm.h"
@@ -430,6 +431,8 @@ std::string PrometheusText(Host& host) {
 }
 
 bool AnswerAdmin(Host& host, int sock, uint32_t seq, const uint8_t* msg, size_t len, uint32_t uid) {
+  // Questions are answered on CPU time the datapath does not want.
+  MakeThreadBackground();
   ctl::Header h;
   std::memcpy(&h, msg, sizeof(h));
   ctl::AdminReq req;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/background.h"
 #include "common/log.h"
 #include "config/settings.h"
 #include "ctl/protocol.h"
@@ -23,6 +24,7 @@ namespace {
 
 MHD_Result Handle(void* cls, MHD_Connection* conn, const char* url, const char* method, const char*,
                   const char*, size_t*, void**) {
+  MakeThreadBackground();
   auto* host = static_cast<Host*>(cls);
   const bool get = std::strcmp(method, MHD_HTTP_METHOD_GET) == 0 || std::strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
   const bool metrics = std::strcmp(url, "/metrics") == 0;

@@ -211,8 +211,8 @@ class Device final : public Session {
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the
-  // workers run; no QP is created or destroyed meanwhile (the control path
-  // waits).
+  // workers run: a snapshot copied under the control lock (no QP is created
+  // or destroyed meanwhile), then handed to `f` after the lock is released.
   void PeekQpCounters(const std::function<void(uint32_t qpn, uint64_t owner, const QpCounters&)>& f);
   // `rdma res show`: the device's objects as they are, taken as a control
   // call (workers stopped for the copy).

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/background.h"
 #include "common/counters.h"
 #include "engine/device.h"
 
@@ -28,6 +29,7 @@ Device* DeviceOf(std::string_view p) {
 }
 
 int Devices(const char*, const char*, rte_tel_data* d) {
+  MakeThreadBackground();
   rte_tel_data_start_array(d, RTE_TEL_STRING_VAL);
   for (int i = 0; i < config::kMaxDevices; ++i) {
     if (Device* dev = Device::Started(i)) rte_tel_data_add_array_string(d, dev->port().name.c_str());
@@ -36,6 +38,7 @@ int Devices(const char*, const char*, rte_tel_data* d) {
 }
 
 int Stats(const char*, const char* params, rte_tel_data* d) {
+  MakeThreadBackground();
   Device* dev = DeviceOf(params != nullptr ? params : "");
   if (dev == nullptr) return -EINVAL;
   const Counters c = dev->PeekCounters();
@@ -45,6 +48,7 @@ int Stats(const char*, const char* params, rte_tel_data* d) {
 }
 
 int Qps(const char*, const char* params, rte_tel_data* d) {
+  MakeThreadBackground();
   Device* dev = DeviceOf(params != nullptr ? params : "");
   if (dev == nullptr) return -EINVAL;
   rte_tel_data_start_array(d, RTE_TEL_INT_VAL);
@@ -53,6 +57,7 @@ int Qps(const char*, const char* params, rte_tel_data* d) {
 }
 
 int QpStats(const char*, const char* params, rte_tel_data* d) {
+  MakeThreadBackground();
   std::string_view p = params != nullptr ? params : "";
   std::string_view dev_name;
   if (size_t comma = p.find(','); comma != std::string_view::npos) {
