@@ -5,12 +5,13 @@
 #    file's group and mode, tells NOTIFY_SOCKET READY=1 once it does and
 #    STOPPING=1 on SIGTERM, and exits 0;
 #  - flags override the file (--socket-mode);
+#  - [limits]' counts are what a client gets (daemon_client count-limits);
 #  - a bad file (unknown key, bad value, syntax) or a missing --config file
 #    exits 2 before anything starts, naming FILE:LINE: key.
 #
-# usage: droced_config.sh DROCED UNIT EXAMPLE_TOML
+# usage: droced_config.sh DROCED UNIT EXAMPLE_TOML LAUNCHER DAEMON_CLIENT
 set -u
-droced=$1 unit=$2 example=$3
+droced=$1 unit=$2 example=$3 launcher=$4 client=$5
 dir=$(mktemp -d /tmp/droce-config.XXXXXX) || exit 1
 dpid="" lpid=""
 cleanup() {
@@ -51,7 +52,9 @@ socket_mode = "0640"
 log_level = "info"
 
 [limits]
-max_qps = 16
+max_qps = 3
+max_cqs = 2
+max_mrs = 4
 
 [[device]]
 link = "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no"
@@ -127,6 +130,12 @@ if run_good "$dir/d.log"; then
   fi
   grep -q "droced: info: 1 device, listening on $dir/d.sock (configuration $dir/good.toml)" "$dir/d.log" ||
     not_ok "no listening line naming the file: $(cat "$dir/d.log")"
+  # The file's limits reach the clients.
+  if timeout 60 "$launcher" exec --daemon "$dir/d.sock" -- "$client" count-limits 3 2 4 >"$dir/limits.log" 2>&1; then
+    ok "[limits] max_qps 3, max_cqs 2, max_mrs 4: $(tr '\n' ';' <"$dir/limits.log")"
+  else
+    not_ok "[limits] not applied: $(cat "$dir/limits.log")"
+  fi
   stop_good "$dir/d.log"
   wait "$lpid"
   lpid=""
