@@ -231,7 +231,8 @@ bool Handler::Hello(const ctl::Header& h, Msg& m) {
   const auto hello = Payload<ctl::Hello>(m);
   if (hello.version != ctl::kVersion || hello.abi != ctl::AbiHash()) {
     // Any process that may open the socket can repeat this at will.
-    DROCE_LOG_EVERY(LogLevel::kWarning, 10, "droced: client pid %d speaks version %u (abi %08x); this daemon %u (abi %08x)",
+    DROCE_LOG_EVERY(LogLevel::kWarning, 10,
+                    "droced: client pid %d speaks version %u (abi %08x); this daemon %u (abi %08x)",
                     static_cast<int>(c_.pid), hello.version, hello.abi, ctl::kVersion, ctl::AbiHash());
     Reply(h, EPROTO);
     return false;

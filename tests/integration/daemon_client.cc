@@ -664,7 +664,9 @@ int hostile(const char* path, unsigned seed) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: daemon_client traffic SECONDS | victim | memory | limits | count-limits QPS CQS MRS | hostile SOCKET SEED\n");
+    std::fprintf(stderr,
+                 "usage: daemon_client traffic SECONDS | victim | memory | limits | count-limits QPS CQS MRS"
+                 " | hostile SOCKET SEED\n");
     return 2;
   }
   const std::string mode = argv[1];

@@ -189,7 +189,8 @@ TEST(ConfigFile, BadValuesWithTheSettingsReasons) {
             "t.toml:2: device.worker_cpu: '7' is not a CPU this process may run on");
   EXPECT_EQ(Error("[[device]]\nip = \"10.0.0.1/24;10.0.1.1/24\"\n"),
             "t.toml:2: device.ip: '10.0.0.1/24;10.0.1.1/24' has a ';': one [[device]] table per device");
-  EXPECT_EQ(Error("[[device]]\nlink = \"a;b\"\n"), "t.toml:2: device.link: 'a;b' has a ';': one [[device]] table per device");
+  EXPECT_EQ(Error("[[device]]\nlink = \"a;b\"\n"),
+            "t.toml:2: device.link: 'a;b' has a ';': one [[device]] table per device");
   EXPECT_EQ(Error("[[device]]\nip = \"\"\n"), "t.toml:2: device.ip: empty (leave the key out for the default)");
   EXPECT_EQ(Error("[[device]]\nlink = \"a\"\n[[device]]\nip = \"10.0.0.1\"\n"),
             "t.toml:3: device.link: the last of several devices needs a link (only a device before others can be "

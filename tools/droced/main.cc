@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   auto cfg = droce::engine::Device::CheckConfig();
   if (!cfg.ok()) return Usage(std::string(cfg.status().message()));
   // systemd makes /run/droce (RuntimeDirectory=droce); by hand, droced does.
-  if (opt.socket_path == droce::daemon::kDefaultSocket) mkdir("/run/droce", 0755);
+  if (opt.socket_path.starts_with("/run/droce/")) mkdir("/run/droce", 0755);
 
   std::vector<droce::engine::Device*> devices;
   for (int i = 0; i < droce::engine::Device::Count(); ++i) {
