@@ -6,6 +6,7 @@
 #    STOPPING=1 on SIGTERM, and exits 0;
 #  - flags override the file (--socket-mode);
 #  - [limits]' counts are what a client gets (daemon_client count-limits);
+#  - lines carry sd-daemon priorities when stderr is JOURNAL_STREAM's;
 #  - a bad file (unknown key, bad value, syntax) or a missing --config file
 #    exits 2 before anything starts, naming FILE:LINE: key.
 #
@@ -194,6 +195,22 @@ socket =
 $dev"
 expect_bad missing_config "$dir/none.toml: cannot read: No such file or directory" --config "$dir/none.toml"
 expect_bad bad_flag_mode "--socket-mode: 'rw' is not an octal mode" --config "$dir/good.toml" --socket-mode rw
+
+# --- journald priorities ---------------------------------------------------
+# With stderr the stream JOURNAL_STREAM names (device:inode, as systemd sets
+# it), each line starts with its sd-daemon priority instead of the level.
+: >"$dir/journal.err"
+printf '[daemon]\nsockets = 1\n' >"$dir/j.toml"
+JOURNAL_STREAM=$(stat -c '%d:%i' "$dir/journal.err") timeout 30 "$droced" --config "$dir/j.toml" \
+  </dev/null >/dev/null 2>>"$dir/journal.err"
+if grep -Fxq "<3>droced: $dir/j.toml:2: daemon.sockets: unknown key" "$dir/journal.err"; then
+  ok "journald priority: $(cat "$dir/journal.err")"
+else
+  not_ok "no '<3>' line with JOURNAL_STREAM set: $(cat "$dir/journal.err")"
+fi
+# Another stream (stderr redirected elsewhere): plain text.
+JOURNAL_STREAM=1:1 timeout 30 "$droced" --config "$dir/j.toml" </dev/null >/dev/null 2>"$dir/text.err"
+grep -q '^droced: error: ' "$dir/text.err" || not_ok "JOURNAL_STREAM of another stream: $(cat "$dir/text.err")"
 
 # --- the shipped example is accepted as droced reads it --------------------
 # droced reads the file before it checks its flags: refused for the flag
