@@ -24,12 +24,17 @@
 #include "common/log.h"
 #include "common/spin_lock.h"
 #include "ctl/protocol.h"
+#include "daemon/config_file.h"
 #include "queue/shm.h"
 
 namespace droce::daemon {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+
+// Whether `more` on top of `held` passes a client limit; 0 is no limit (the
+// device's own still applies).
+bool Over(uint64_t limit, uint64_t held, uint64_t more) { return limit != 0 && held + more > limit; }
 
 // The client's RLIMIT_MEMLOCK, or 0 for none (CAP_IPC_LOCK or unlimited).
 uint64_t memlock_limit(pid_t pid) {
@@ -225,8 +230,10 @@ bool Handler::Reply(const ctl::Header& h, int err, const void* payload, size_t l
 bool Handler::Hello(const ctl::Header& h, Msg& m) {
   const auto hello = Payload<ctl::Hello>(m);
   if (hello.version != ctl::kVersion || hello.abi != ctl::AbiHash()) {
-    Log(LogLevel::kWarning, "droced: client pid %d speaks version %u (abi %08x); this daemon %u (abi %08x)",
-        static_cast<int>(c_.pid), hello.version, hello.abi, ctl::kVersion, ctl::AbiHash());
+    // Any process that may open the socket can repeat this at will.
+    DROCE_LOG_EVERY(LogLevel::kWarning, 10,
+                    "droced: client pid %d speaks version %u (abi %08x); this daemon %u (abi %08x)",
+                    static_cast<int>(c_.pid), hello.version, hello.abi, ctl::kVersion, ctl::AbiHash());
     Reply(h, EPROTO);
     return false;
   }
@@ -289,7 +296,7 @@ bool Handler::Attach(const ctl::Header& h) {
 bool Handler::RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m) {
   const auto r = Payload<ctl::RegMr>(m);
   if (!d.pds.contains(r.pd)) return Reply(h, Foreign());
-  if (c_.nmrs >= lim_.max_mrs) return Reply(h, ENOMEM);
+  if (Over(lim_.max_mrs, c_.nmrs, 1)) return Reply(h, ENOMEM);
   const uint64_t bytes = ((r.addr + r.len + kPage - 1) & ~(kPage - 1)) - (r.addr & ~(kPage - 1));
   uint64_t cap = lim_.max_mr_bytes;
   if (c_.memlock != 0 && (cap == 0 || c_.memlock < cap)) cap = c_.memlock;
@@ -469,7 +476,7 @@ bool Handler::Handle(Msg& m) {
     }
     case ctl::kCreateCq: {
       const auto a = Payload<ctl::CreateCq>(m);
-      if (c_.ncqs >= lim_.max_cqs || c_.ncqes + a.min_cqe > lim_.max_cqes) return Reply(h, ENOMEM);
+      if (Over(lim_.max_cqs, c_.ncqs, 1) || Over(lim_.max_cqes, c_.ncqes, a.min_cqe)) return Reply(h, ENOMEM);
       auto cq = dev.CreateCq(a.min_cqe, &d, a.cookie);
       if (!cq.ok()) return Reply(h, ctl::ErrnoOf(cq.status()));
       const uint32_t entries = cq->region->capacity();
@@ -498,7 +505,7 @@ bool Handler::Handle(Msg& m) {
       const auto a = Payload<ctl::ResizeCq>(m);
       auto it = d.cqs.find(a.id);
       if (it == d.cqs.end()) return Reply(h, Foreign());
-      if (c_.ncqes - it->second + a.min_cqe > lim_.max_cqes) return Reply(h, ENOMEM);
+      if (Over(lim_.max_cqes, c_.ncqes - it->second, a.min_cqe)) return Reply(h, ENOMEM);
       auto region = dev.ResizeCq(a.id, a.min_cqe);
       if (!region.ok()) return Reply(h, ctl::ErrnoOf(region.status()));
       c_.ncqes = c_.ncqes - it->second + (*region)->capacity();
@@ -518,7 +525,7 @@ bool Handler::Handle(Msg& m) {
           (a.srq != 0 && !d.srqs.contains(a.srq))) {
         return Reply(h, Foreign());
       }
-      if (c_.nqps >= lim_.max_qps) return Reply(h, ENOMEM);
+      if (Over(lim_.max_qps, c_.nqps, 1)) return Reply(h, ENOMEM);
       engine::QpCreateArgs args;
       args.type = static_cast<transport::QpType>(a.type);
       args.pd = a.pd;
@@ -905,8 +912,24 @@ absl::Status Server::Listen() {
       return absl::ErrnoToStatus(errno, absl::StrCat("bind ", opt_.socket_path));
     }
   }
+  // The group before the mode: a mode of 0660 must never apply to the
+  // daemon's own group, even for an instant.
+  if (!opt_.socket_group.empty()) {
+    absl::StatusOr<gid_t> gid = ResolveGroup(opt_.socket_group);
+    if (!gid.ok()) {
+      unlink(opt_.socket_path.c_str());
+      return absl::InvalidArgumentError(absl::StrCat("socket group: ", gid.status().message()));
+    }
+    if (chown(opt_.socket_path.c_str(), static_cast<uid_t>(-1), *gid) != 0) {
+      const int e = errno;
+      unlink(opt_.socket_path.c_str());
+      return absl::ErrnoToStatus(e, absl::StrCat("chown ", opt_.socket_path, " to group ", opt_.socket_group));
+    }
+  }
   if (chmod(opt_.socket_path.c_str(), opt_.socket_mode) != 0 || listen(listen_fd_, 128) != 0) {
-    return absl::ErrnoToStatus(errno, absl::StrCat("listen ", opt_.socket_path));
+    const int e = errno;
+    unlink(opt_.socket_path.c_str());
+    return absl::ErrnoToStatus(e, absl::StrCat("listen ", opt_.socket_path));
   }
   if (opt_.metrics_port != 0) {
     auto m = admin::MetricsServer::Start(admin_.get(), opt_.metrics_address, opt_.metrics_port);
@@ -965,6 +988,7 @@ void Server::Run() {
   }
   // Shutting down: every client hears DEVICE_FATAL, then its connection
   // ends and its thread tears it down.
+  if (opt_.on_stopping) opt_.on_stopping();
   metrics_.reset();
   for (engine::Device* d : devices_) d->Shutdown("droced is stopping");
   stopping_.store(true, std::memory_order_release);

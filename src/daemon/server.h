@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +23,7 @@
 #include "cm/engine_port.h"
 #include "ctl/protocol.h"
 #include "cm/ucma.h"
+#include "daemon/limits.h"
 #include "engine/device.h"
 
 namespace droce::daemon {
@@ -29,27 +31,20 @@ namespace droce::daemon {
 // Where droced listens and clients look when DROCE_DAEMON is not set.
 inline constexpr const char* kDefaultSocket = ctl::kDefaultSocket;
 
-// Per-client limits (0: none beyond the device's own).
-struct ClientLimits {
-  uint32_t max_qps = 4096;
-  uint32_t max_cqs = 4096;
-  uint32_t max_mrs = 65536;
-  uint64_t max_cqes = 1u << 22;
-  // Registered bytes: also at most the client's RLIMIT_MEMLOCK unless it has
-  // CAP_IPC_LOCK.
-  uint64_t max_mr_bytes = 0;
-};
-
 struct ServerOptions {
   std::string socket_path;
   mode_t socket_mode = 0666;
-  // The socket file's group (empty: the daemon's own group).
+  // The socket file's group, a name or a number (empty: the daemon's own
+  // group); Listen gives the file this group, then socket_mode.
   std::string socket_group;
   ClientLimits limits;
   // Prometheus text endpoint (GET /metrics) on metrics_address:metrics_port;
   // port 0: off.
   std::string metrics_address = "127.0.0.1";
   uint16_t metrics_port = 0;
+  // Called on Run's thread when it begins to stop, before the clients hear
+  // of it (droced tells systemd STOPPING=1).
+  std::function<void()> on_stopping;
 };
 
 // What the daemon holds, for tests and logs (also in `droced` status lines).
@@ -80,6 +75,7 @@ class Server {
   const ServerStats& stats() const { return stats_; }
   std::string StatusLine() const;
 
+  const ServerOptions& options() const { return opt_; }
   // Where the metrics endpoint listens (0: off).
   uint16_t metrics_port() const { return metrics_ != nullptr ? metrics_->port() : 0; }
 

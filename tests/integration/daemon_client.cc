@@ -479,6 +479,62 @@ int limits() {
   return a != nullptr && b == nullptr && err == ENOMEM ? 0 : 1;
 }
 
+// The count limits of droced's [limits] (tests/integration/droced_config.sh
+// runs droced with max_qps = QPS, max_cqs = CQS, max_mrs = MRS): that many
+// of each are created, one more fails with ENOMEM, and after one is
+// destroyed one can be created again.
+int count_limits(int qps, int cqs, int mrs) {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (list == nullptr || n < 1) die("no device");
+  ibv_context* ctx = ibv_open_device(list[0]);
+  if (ctx == nullptr) die("open");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (pd == nullptr) die("pd");
+  bool ok = true;
+  auto over = [&](const char* what, bool created, int limit) {
+    const int err = errno;
+    std::printf("%s %d: %s (errno %s)\n", what, limit + 1, created ? "CREATED" : "refused", std::strerror(err));
+    ok = ok && !created && err == ENOMEM;
+  };
+  std::vector<ibv_cq*> cq;
+  for (int i = 0; i < cqs; ++i) {
+    cq.push_back(ibv_create_cq(ctx, 16, nullptr, nullptr, 0));
+    if (cq.back() == nullptr) die("cq under the limit");
+  }
+  errno = 0;
+  ibv_cq* extra_cq = ibv_create_cq(ctx, 16, nullptr, nullptr, 0);
+  over("CQ", extra_cq != nullptr, cqs);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq[0];
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+  ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+  std::vector<ibv_qp*> qp;
+  for (int i = 0; i < qps; ++i) {
+    qp.push_back(ibv_create_qp(pd, &ia));
+    if (qp.back() == nullptr) die("qp under the limit");
+  }
+  errno = 0;
+  ibv_qp* extra_qp = ibv_create_qp(pd, &ia);
+  over("QP", extra_qp != nullptr, qps);
+  static uint8_t buf[4096];
+  std::vector<ibv_mr*> mr;
+  for (int i = 0; i < mrs; ++i) {
+    mr.push_back(ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE));
+    if (mr.back() == nullptr) die("mr under the limit");
+  }
+  errno = 0;
+  ibv_mr* extra_mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+  over("MR", extra_mr != nullptr, mrs);
+  // A slot freed is a slot again.
+  if (ibv_destroy_qp(qp.back()) != 0) die("destroy qp");
+  qp.back() = ibv_create_qp(pd, &ia);
+  std::printf("QP after one was destroyed: %s\n", qp.back() != nullptr ? "created" : "REFUSED");
+  ok = ok && qp.back() != nullptr;
+  return ok ? 0 : 1;
+}
+
 // Waits for droced to stop (the test sends it SIGTERM once "ready" is
 // printed): the client must get IBV_EVENT_DEVICE_FATAL, and then control
 // verbs fail.
@@ -608,7 +664,9 @@ int hostile(const char* path, unsigned seed) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: daemon_client traffic SECONDS | victim | memory | hostile SOCKET SEED\n");
+    std::fprintf(stderr,
+                 "usage: daemon_client traffic SECONDS | victim | memory | limits | count-limits QPS CQS MRS"
+                 " | hostile SOCKET SEED\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -619,6 +677,9 @@ int main(int argc, char** argv) {
   if (mode == "fatal") return fatal();
   if (mode == "peer-death") return peer_death();
   if (mode == "limits") return limits();
+  if (mode == "count-limits" && argc == 5) {
+    return count_limits(std::atoi(argv[2]), std::atoi(argv[3]), std::atoi(argv[4]));
+  }
   if (mode == "hostile" && argc == 4) return hostile(argv[2], static_cast<unsigned>(std::atoi(argv[3])));
   std::fprintf(stderr, "daemon_client: bad arguments\n");
   return 2;

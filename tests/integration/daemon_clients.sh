@@ -25,7 +25,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; echo "--- droced log ---"; tail -20 "$dir/d.log"; exit 1; }
 
-timeout 600 "$droced" --socket "$sock" --ip 10.77.9.1/24 </dev/null >"$dir/d.log" 2>&1 &
+timeout 600 "$droced" --config /dev/null --socket "$sock" --ip 10.77.9.1/24 </dev/null >"$dir/d.log" 2>&1 &
 dpid=$!
 for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.05; done
 [ -S "$sock" ] || fail "droced did not listen"

@@ -154,9 +154,9 @@ if command -v ibv_devices >/dev/null 2>&1; then
     'droce0 up: .*worker on CPU 0' exec --worker-cpu 0 --log-level info -- ibv_devices
   # A CPU list: each element must be a CPU of the process; repeats are fine.
   expect_stderr "--worker-cpu 0,0 is accepted" \
-    '^droce: droce0 up: ' exec --worker-cpu 0,0 --log-level info -- ibv_devices
+    '^droce: info: droce0 up: ' exec --worker-cpu 0,0 --log-level info -- ibv_devices
   expect_stderr "--workers 2 is accepted" \
-    '^droce: droce0 up: ' exec --workers 2 --log-level info -- ibv_devices
+    '^droce: info: droce0 up: ' exec --workers 2 --log-level info -- ibv_devices
 fi
 # demo checks --workers as exec does, before starting anything.
 expect_usage_error "demo --workers 0" demo --workers 0 --iters 1
@@ -320,7 +320,7 @@ else
   # with one address each come up.
   if command -v ibv_devices >/dev/null 2>&1; then
     expect_stderr "two links, one address each: both devices come up" \
-      '^droce: droce1 up: .*MAC 02:00:0a:4d:09:02' \
+      '^droce: info: droce1 up: .*MAC 02:00:0a:4d:09:02' \
       exec --link "$two_links" --ip '10.77.9.1/24;10.77.9.2/24' --log-level info -- ibv_devices
   fi
 fi

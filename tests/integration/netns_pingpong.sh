@@ -73,9 +73,9 @@ side_a=(--link "$(link_for "$kind" "$if_a")" --ip "$droce_ip_a/24" "${ip6_a[@]}"
 side_b=(--link "$(link_for "$kind" "$if_b")" --ip "$droce_ip_b/24" "${ip6_b[@]}")
 daemons=()
 if [ -n "${DROCE_TEST_DROCED:-}" ]; then
-  run_bg "$dir/droced_a.log" "$ns_a" "$DROCE_TEST_DROCED" --socket "$dir/a.sock" "${side_a[@]}" --log-level info
+  run_bg "$dir/droced_a.log" "$ns_a" "$DROCE_TEST_DROCED" --config /dev/null --socket "$dir/a.sock" "${side_a[@]}" --log-level info
   daemons+=("$last_pid")
-  run_bg "$dir/droced_b.log" "$ns_b" "$DROCE_TEST_DROCED" --socket "$dir/b.sock" "${side_b[@]}"
+  run_bg "$dir/droced_b.log" "$ns_b" "$DROCE_TEST_DROCED" --config /dev/null --socket "$dir/b.sock" "${side_b[@]}"
   daemons+=("$last_pid")
   for _ in $(seq 1 100); do [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break; sleep 0.05; done
   cp "$dir/droced_a.log" "$dir/daemon_a_start.log"

@@ -70,11 +70,12 @@ end_server() {
 
 # Daemon mode (DROCE_TEST_DROCED, the droced binary): start_daemon NAME
 # ARGS... starts one listening on $dir/NAME.sock (its log $dir/NAME.log,
-# its pid appended to daemon_pids).
+# its pid appended to daemon_pids). --config /dev/null: an empty file, so
+# that the machine's /etc/droce/droced.toml, if any, is not read.
 start_daemon() {  # NAME DROCED-ARGS...
   local name=$1
   shift
-  timeout 300 "$DROCE_TEST_DROCED" --socket "$dir/$name.sock" "$@" </dev/null >"$dir/$name.log" 2>&1 &
+  timeout 300 "$DROCE_TEST_DROCED" --config /dev/null --socket "$dir/$name.sock" "$@" </dev/null >"$dir/$name.log" 2>&1 &
   daemon_pids+=($!)
   for _ in $(seq 1 100); do
     [ -S "$dir/$name.sock" ] && return 0

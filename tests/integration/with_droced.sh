@@ -21,7 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 dargs=("${dargs[@]//@DIR@/$dir}")
-timeout 600 "$droced" --socket "$dir/d.sock" "${dargs[@]}" </dev/null >"$dir/d.log" 2>&1 &
+timeout 600 "$droced" --config /dev/null --socket "$dir/d.sock" "${dargs[@]}" </dev/null >"$dir/d.log" 2>&1 &
 dpid=$!
 for _ in $(seq 1 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
 [ -S "$dir/d.sock" ] || { echo "FAIL: droced did not listen"; cat "$dir/d.log"; exit 1; }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# droced's systemd unit (tools/droced/droced.service.in, configured with
+# this build's droced in ExecStart) passes `systemd-analyze verify`, and is
+# what droced expects of it: Type=notify (droced sends READY=1), the
+# configuration file, /run/droce, unlimited locked memory, no restart after
+# exit 2 (a bad file). Skips (77) only if systemd-analyze is not installed.
+#
+# usage: droced_unit.sh UNIT
+set -u
+unit=$1
+command -v systemd-analyze >/dev/null || { echo "SKIP: systemd-analyze not installed"; exit 77; }
+dir=$(mktemp -d /tmp/droce-unit.XXXXXX) || exit 1
+trap 'rm -rf -- "$dir"' EXIT
+fails=0
+# verify wants the unit under its own name; it checks ExecStart's binary.
+cp "$unit" "$dir/droced.service"
+if out=$(systemd-analyze verify "$dir/droced.service" 2>&1); then
+  echo "ok: systemd-analyze verify droced.service${out:+ ($out)}"
+else
+  echo "FAIL: systemd-analyze verify: $out"
+  fails=1
+fi
+for want in '^Type=notify$' '^ExecStart=/.*/droced --config /etc/droce/droced.toml$' '^RuntimeDirectory=droce$' \
+            '^LimitMEMLOCK=infinity$' '^Restart=on-failure$' '^RestartPreventExitStatus=2$'; do
+  grep -Eq -- "$want" "$unit" || { echo "FAIL: no line matching $want"; fails=1; }
+done
+[ "$fails" -eq 0 ] && echo "the unit verifies"
+exit "$fails"
