@@ -19,6 +19,7 @@
 #include "config/settings.h"
 #include "daemon/server.h"
 #include "engine/device.h"
+#include "io/dpdk_port.h"
 
 namespace {
 
@@ -78,6 +79,11 @@ int main(int argc, char** argv) {
   if (!cfg.ok()) return Usage(std::string(cfg.status().message()));
   if (socket_path == droce::daemon::kDefaultSocket) mkdir("/run/droce", 0755);
 
+  // A droced that was killed (or any droce process that was) left its EAL
+  // runtime directory; a restart should not add to them.
+  if (const int n = droce::io::SweepStaleEalRuntimeDirs(); n > 0) {
+    std::fprintf(stderr, "droced: removed %d stale DPDK runtime director%s\n", n, n == 1 ? "y" : "ies");
+  }
   std::vector<droce::engine::Device*> devices;
   for (int i = 0; i < droce::engine::Device::Count(); ++i) {
     auto d = droce::engine::Device::Instance(i);
@@ -106,7 +112,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "droced: stopped (%s)\n", server.StatusLine().c_str());
   g_server = nullptr;
   // The engine's threads live until exit; leave without running their
-  // destructors under them.
+  // destructors under them (nor the atexit handlers: what they would remove
+  // goes here).
+  droce::io::RemoveEalRuntimeDir();
   std::fflush(stderr);
   _exit(0);
 }
