@@ -1,6 +1,11 @@
 // Client mode: engine::Session over droced's control socket (src/ctl/).
 //
-// One connection per process, opened on first use, shared by its devices.
+// One connection at a time per process, opened on first use, shared by its
+// devices. Each context holds its connection (session_for hands out a
+// shared_ptr), so a connection whose daemon stopped or vanished stays until
+// the last context on it is closed, while the next ibv_open_device (or
+// ibv_get_device_list) opens a new one: a restarted droced serves the
+// process again.
 // Control verbs are request/reply on the socket; the datapath needs none:
 // WQEs go into rings in memfds droced made and passed, doorbells into this
 // process's doorbell queue (shared memory the daemon's worker drains),
@@ -11,7 +16,8 @@
 // notifier and sink objects the embedded engine calls on its worker thread,
 // so the provider's channel, async-event and acknowledgement logic is the
 // same in both modes. If the daemon goes away (SIGTERM, crash) the event
-// thread sees the socket hang up and reports IBV_EVENT_DEVICE_FATAL.
+// thread sees the socket hang up and reports IBV_EVENT_DEVICE_FATAL; a stop
+// is announced first (a DEVICE_FATAL record marked kEvDaemonStopping).
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -44,9 +50,12 @@ namespace {
 
 class DaemonSession;
 
-class Connection {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  static absl::StatusOr<Connection*> Get();
+  // The process's connection, opened if there is none or the one there is
+  // can serve no new device (its daemon stopped or vanished).
+  static absl::StatusOr<std::shared_ptr<Connection>> Get();
+  ~Connection();
 
   // One request, one reply. Returns 0 or the daemon's errno (EIO when the
   // connection is gone). The reply must have the payload and fds of its op
@@ -58,11 +67,18 @@ class Connection {
   int devices() const { return static_cast<int>(hello_.ndev); }
   const ctl::DevInfo& info(int i) const { return hello_.devs[i]; }
   DaemonSession* session(int i);
+  // The socket hung up: no call can succeed any more.
   bool gone() const { return gone_.load(std::memory_order_acquire); }
+  // The daemon said it is stopping, or it is gone: no engine will run this
+  // connection's queues again, and new opens need a new connection.
+  bool stopping() const { return stopping_.load(std::memory_order_acquire) || gone(); }
 
  private:
   absl::Status Open(const std::string& path);
   void EventLoop();
+  // The event thread, at its end: the process no longer offers this
+  // connection to new opens.
+  void Retire();
 
   int sock_ = -1;
   int event_fd_ = -1;
@@ -71,10 +87,14 @@ class Connection {
   ctl::HelloRep hello_{};
   queue::ShmRegion ev_shm_;
   queue::Ring ev_ring_;
-  std::atomic<bool> gone_{false};
-  std::mutex sessions_mu_;
+  std::atomic<bool> gone_{false}, stopping_{false};
+  std::thread events_;
   std::vector<std::unique_ptr<DaemonSession>> sessions_;
 };
+
+// The connection whose event thread this is (its sinks may ask for their
+// session: they get this one, never a new connection made under them).
+thread_local Connection* t_event_connection = nullptr;
 
 class DaemonSession final : public engine::Session {
  public:
@@ -90,6 +110,17 @@ class DaemonSession final : public engine::Session {
     port_.gid_count = std::min<uint32_t>(i.gid_count, 2);
     port_active_.store(i.port_active != 0);
     dead_.store(i.dead != 0);
+  }
+
+  // kAttach once per connection (on first use of the device); later calls
+  // return the first one's result.
+  absl::Status EnsureAttached() {
+    std::lock_guard<std::mutex> l(attach_mu_);
+    if (!attached_) {
+      attached_ = true;
+      attach_status_ = Attach();
+    }
+    return attach_status_;
   }
 
   absl::Status Attach() {
@@ -121,6 +152,7 @@ class DaemonSession final : public engine::Session {
   const engine::PortInfo& port() const override { return port_; }
   bool port_active() const override { return port_active_.load(std::memory_order_relaxed); }
   bool dead() const override { return dead_.load(std::memory_order_acquire) || c_->gone(); }
+  bool engine_gone() const override { return c_->stopping(); }
   int workers() const override { return workers_; }
   void AddDeviceSink(engine::EventSink* s) override {
     std::lock_guard<std::mutex> l(ev_mu_);
@@ -136,7 +168,9 @@ class DaemonSession final : public engine::Session {
     if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep); e != 0) return ctl::StatusOf(e, "alloc PD");
     return rep.id;
   }
-  absl::Status DeallocPd(uint32_t pd) override { return Simple(ctl::kDeallocPd, pd, "dealloc PD"); }
+  // Destroying succeeds on a dead device (its daemon gone): the objects are
+  // gone with it, and the program must be able to clean up.
+  absl::Status DeallocPd(uint32_t pd) override { return Destroy(ctl::kDeallocPd, pd, "dealloc PD"); }
 
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access) override {
     if (dead()) return absl::UnavailableError("the daemon is gone");
@@ -172,8 +206,7 @@ class DaemonSession final : public engine::Session {
     return mr;
   }
   absl::Status DeregMr(uint32_t key) override {
-    absl::Status s = Simple(ctl::kDeregMr, key, "deregister MR");
-    if (!s.ok() && !dead()) return s;
+    if (absl::Status s = Destroy(ctl::kDeregMr, key, "deregister MR"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(obj_mu_);
     if (auto it = mrs_.find(key); it != mrs_.end()) {
       ReleaseMemory(it->second);
@@ -187,7 +220,7 @@ class DaemonSession final : public engine::Session {
     if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "alloc MW");
     return rep.id;
   }
-  absl::Status DeallocMw(uint32_t rkey) override { return Simple(ctl::kDeallocMw, rkey, "dealloc MW"); }
+  absl::Status DeallocMw(uint32_t rkey) override { return Destroy(ctl::kDeallocMw, rkey, "dealloc MW"); }
 
   absl::StatusOr<engine::CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) override {
     const uint32_t mine = next_cookie_.fetch_add(1);
@@ -212,8 +245,7 @@ class DaemonSession final : public engine::Session {
     return h;
   }
   absl::Status DestroyCq(uint32_t id) override {
-    absl::Status s = Simple(ctl::kDestroyCq, id, "destroy CQ");
-    if (!s.ok() && !dead()) return s;
+    if (absl::Status s = Destroy(ctl::kDestroyCq, id, "destroy CQ"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = cqs_.find(id); it != cqs_.end()) {
       cq_cookies_.erase(it->second.mine);
@@ -301,8 +333,7 @@ class DaemonSession final : public engine::Session {
     return attr;
   }
   absl::Status DestroyQp(uint32_t qpn) override {
-    absl::Status s = Simple(ctl::kDestroyQp, qpn, "destroy QP");
-    if (!s.ok() && !dead()) return s;
+    if (absl::Status s = Destroy(ctl::kDestroyQp, qpn, "destroy QP"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = qps_.find(qpn); it != qps_.end()) {
       qp_cookies_.erase(it->second.mine);
@@ -347,8 +378,7 @@ class DaemonSession final : public engine::Session {
     return rep.id;
   }
   absl::Status DestroySrq(uint32_t id) override {
-    absl::Status s = Simple(ctl::kDestroySrq, id, "destroy SRQ");
-    if (!s.ok() && !dead()) return s;
+    if (absl::Status s = Destroy(ctl::kDestroySrq, id, "destroy SRQ"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = srqs_.find(id); it != srqs_.end()) {
       srq_cookies_.erase(it->second.mine);
@@ -364,7 +394,7 @@ class DaemonSession final : public engine::Session {
     if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "create AH");
     return rep.id;
   }
-  absl::Status DestroyAh(uint32_t id) override { return Simple(ctl::kDestroyAh, id, "destroy AH"); }
+  absl::Status DestroyAh(uint32_t id) override { return Destroy(ctl::kDestroyAh, id, "destroy AH"); }
   int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kAttachMcast, qpn, mgid); }
   int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kDetachMcast, qpn, mgid); }
   Counters ReadCounters() override {
@@ -478,6 +508,12 @@ class DaemonSession final : public engine::Session {
     if (int e = Call(op, &a, sizeof(a)); e != 0) return ctl::StatusOf(e, what);
     return absl::OkStatus();
   }
+  // A destroy: as Simple, but it succeeds on a dead device whatever the
+  // daemon answered (or if it cannot answer).
+  absl::Status Destroy(uint16_t op, uint32_t id, const char* what) {
+    absl::Status s = Simple(op, id, what);
+    return s.ok() || dead() ? absl::OkStatus() : s;
+  }
   int Mcast(uint16_t op, uint32_t qpn, const wire::Ipv6Addr& gid) {
     ctl::Mcast a{};
     a.qpn = qpn;
@@ -487,6 +523,9 @@ class DaemonSession final : public engine::Session {
 
   Connection* c_;
   uint16_t index_;
+  std::mutex attach_mu_;
+  bool attached_ = false;
+  absl::Status attach_status_;
   engine::PortInfo port_;
   std::atomic<bool> port_active_{true}, dead_{false};
   int workers_ = 1;
@@ -504,17 +543,50 @@ class DaemonSession final : public engine::Session {
   absl::flat_hash_map<uint32_t, Registration> mrs_;
 };
 
-absl::StatusOr<Connection*> Connection::Get() {
-  static Connection* conn = nullptr;
-  static absl::Status status;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    auto* c = new Connection();  // lives until exit, as the embedded engine does
-    status = c->Open(daemon_socket());
-    if (status.ok()) conn = c;
-  });
-  if (!status.ok()) return status;
-  return conn;
+// The process's current connection. Never destroyed: a live connection
+// lives until exit, as the embedded engine does (its event thread would
+// otherwise be joined by a static destructor while it waits).
+std::mutex& current_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::shared_ptr<Connection>& current() {
+  static auto* c = new std::shared_ptr<Connection>();
+  return *c;
+}
+
+absl::StatusOr<std::shared_ptr<Connection>> Connection::Get() {
+  std::shared_ptr<Connection> old;  // released after the lock: it may be the last reference
+  std::lock_guard<std::mutex> l(current_mu());
+  std::shared_ptr<Connection>& cur = current();
+  if (cur != nullptr && !cur->stopping()) return cur;
+  old = std::move(cur);
+  auto c = std::make_shared<Connection>();
+  if (absl::Status s = c->Open(daemon_socket()); !s.ok()) return s;
+  cur = c;
+  return c;
+}
+
+void Connection::Retire() {
+  std::shared_ptr<Connection> mine;  // released after the lock
+  std::lock_guard<std::mutex> l(current_mu());
+  if (current().get() == this) mine = std::move(current());
+}
+
+Connection::~Connection() {
+  if (events_.joinable()) {
+    if (events_.get_id() == std::this_thread::get_id()) {
+      events_.detach();  // the event thread's own last reference, at its very end
+    } else {
+      // The thread ends when the socket does (it holds a reference while it
+      // runs, so it is ending now or the socket is still up: hang it up).
+      shutdown(sock_, SHUT_RDWR);
+      events_.join();
+    }
+  }
+  sessions_.clear();
+  if (sock_ >= 0) close(sock_);
+  if (event_fd_ >= 0) close(event_fd_);
 }
 
 absl::Status Connection::Open(const std::string& path) {
@@ -544,7 +616,12 @@ absl::Status Connection::Open(const std::string& path) {
     return absl::InternalError("droced's event ring does not match");
   }
   for (int i = 0; i < hello_.ndev; ++i) sessions_.push_back(std::make_unique<DaemonSession>(this, i));
-  std::thread([this] { EventLoop(); }).detach();
+  // The thread keeps the connection while it runs: its sessions' event
+  // sinks are called from it until the socket hangs up.
+  events_ = std::thread([self = shared_from_this()] {
+    self->EventLoop();
+    self->Retire();
+  });
   return absl::OkStatus();
 }
 
@@ -588,6 +665,7 @@ int Connection::Call(uint16_t op, uint16_t dev, const void* req, size_t req_len,
 
 void Connection::EventLoop() {
   pthread_setname_np(pthread_self(), "droce-events");
+  t_event_connection = this;
   uint32_t cons = 0;
   for (;;) {
     pollfd p[2] = {{event_fd_, POLLIN, 0}, {sock_, 0, 0}};
@@ -602,6 +680,11 @@ void Connection::EventLoop() {
       std::memcpy(&r, ev_ring_.slot(cons), sizeof(r));
       ++cons;
       ev_ring_.publish_cons(cons);  // C2
+      // Before anyone hears the DEVICE_FATAL: posting already fails with
+      // EIO and a new open already makes a new connection.
+      if (r.kind == ctl::kEvDevice && (r.flags & ctl::kEvDaemonStopping) != 0) {
+        stopping_.store(true, std::memory_order_release);
+      }
       if (r.dev < sessions_.size()) sessions_[r.dev]->OnEvent(r);
     }
     if ((p[1].revents & (POLLHUP | POLLERR)) != 0) break;
@@ -648,7 +731,7 @@ int device_count() {
   return c.ok() ? (*c)->devices() : 0;
 }
 
-absl::StatusOr<engine::Session*> session_for(int index) {
+absl::StatusOr<std::shared_ptr<engine::Session>> session_for(int index) {
   if (daemon_socket().empty()) {
     auto d = engine::Device::Instance(index);
     if (!d.ok()) return d.status();
@@ -658,22 +741,22 @@ absl::StatusOr<engine::Session*> session_for(int index) {
       return cfg.ok() && cfg->ctl;
     }();
     if (ctl) admin::StartEmbeddedCtl();
-    return static_cast<engine::Session*>(*d);
+    // The embedded device lives until exit: a reference that owns nothing.
+    return std::shared_ptr<engine::Session>(std::shared_ptr<void>(), *d);
   }
-  auto c = Connection::Get();
-  if (!c.ok()) return c.status();
-  if (index < 0 || index >= (*c)->devices()) return absl::NotFoundError("no such device on the daemon");
-  // Attached on first use, once.
-  static std::mutex mu;
-  static bool attached[ctl::kMaxDevices] = {};
-  static absl::Status status[ctl::kMaxDevices];
-  std::lock_guard<std::mutex> l(mu);
-  if (!attached[index]) {
-    attached[index] = true;
-    status[index] = (*c)->session(index)->Attach();
+  std::shared_ptr<Connection> c;
+  if (t_event_connection != nullptr) {
+    c = t_event_connection->shared_from_this();  // a sink on the event thread
+  } else {
+    auto got = Connection::Get();
+    if (!got.ok()) return got.status();
+    c = std::move(*got);
   }
-  if (!status[index].ok()) return status[index];
-  return static_cast<engine::Session*>((*c)->session(index));
+  if (index < 0 || index >= c->devices()) return absl::NotFoundError("no such device on the daemon");
+  DaemonSession* s = c->session(index);
+  if (absl::Status st = s->EnsureAttached(); !st.ok()) return st;
+  // Aliasing: the session's reference keeps its connection.
+  return std::shared_ptr<engine::Session>(std::move(c), s);
 }
 
 }  // namespace droce::provider

@@ -28,7 +28,9 @@ struct ContextEvents : public engine::EventSink {
 };
 
 struct ContextState {
-  engine::Session* engine = nullptr;
+  // The context's own reference: in client mode it keeps the connection to
+  // droced (a dead one goes with the last context on it).
+  std::shared_ptr<engine::Session> engine;
   std::mutex async_mu;
   std::deque<ibv_async_event> async_events;
   ContextEvents events;

@@ -94,7 +94,7 @@ class Local final : public Backend {
     std::vector<engine::Device*> devs;
     for (int i = 0; i < device_count(); ++i) {
       auto s = session_for(i);
-      devs.push_back(s.ok() ? dynamic_cast<engine::Device*>(*s) : nullptr);
+      devs.push_back(s.ok() ? dynamic_cast<engine::Device*>(s->get()) : nullptr);
     }
     ports_ = cm::AttachPorts(&ucma_, devs);
     if (ports_.empty()) return ENODEV;

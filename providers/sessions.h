@@ -4,6 +4,7 @@
 // the provider goes through engine::Session and does not know which.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -19,8 +20,11 @@ absl::Status check_config();
 // Devices there are (embedded: DROCE_LINK entries; client mode: the daemon's).
 int device_count();
 // droce<index>'s session, started (embedded) or attached (client mode) on
-// first use; lives until exit.
-absl::StatusOr<engine::Session*> session_for(int index);
+// first use. Embedded, it lives until exit. In client mode the reference
+// keeps its connection to droced: a context holds one, and once that
+// daemon stopped or vanished the next call opens a new connection (a
+// restarted droced), while the old one stays until its last reference goes.
+absl::StatusOr<std::shared_ptr<engine::Session>> session_for(int index);
 // One request to droced outside any device session (the connection
 // manager's ops): 0 or the errno, as the session calls; ENODEV in embedded
 // mode or without a daemon.

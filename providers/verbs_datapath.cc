@@ -56,7 +56,7 @@ bool sq_full(Qp* q) { return q->sq_prod - q->handle.sq.load_cons_acquire() >= q-
 
 // Tells the QP's worker that its rings changed and has it run now.
 void ring_doorbell(Qp* q) {
-  engine::Session* eng = to_ctx(q->qpx.qp_base.context)->s->engine;
+  engine::Session* eng = to_ctx(q->qpx.qp_base.context)->s->engine.get();
   eng->Doorbell(q->handle, /*wake=*/false);
   eng->Kick(q->handle);  // send now on this thread rather than wake the worker
 }
@@ -74,9 +74,14 @@ ibv_qp_state engine_state(const Qp* q) {
 // Send queue: RTS, SQD (held until RTS), SQE and ERR (flushed) — IBA
 // 11.4.1.1; earlier states are an immediate error, as rxe's `state < RTS`
 // check. Receive queue: any state but RESET (IBA 11.4.1.2), never on a QP
-// that uses an SRQ.
+// that uses an SRQ. EIO on either when no engine will flush the work any
+// more (droced stopped or vanished: every QP is in ERR then, so the
+// question is asked only in ERR), as on an RNIC being reset.
 int post_allowed(const Qp* q, WorkQueue wq) {
   const ibv_qp_state s = engine_state(q);
+  if (s == IBV_QPS_ERR && to_ctx(q->qpx.qp_base.context)->s->engine->engine_gone()) [[unlikely]] {
+    return EIO;
+  }
   if (wq == WorkQueue::kSend) {
     return s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE || s == IBV_QPS_ERR ? 0 : EINVAL;
   }

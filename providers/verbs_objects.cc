@@ -20,7 +20,7 @@ namespace {
 
 int status_errno(const absl::Status& s) { return ctl::ErrnoOf(s); }
 
-engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine; }
+engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine.get(); }
 
 // An enum field of the caller's struct as the integer it holds: fields the
 // attribute mask leaves out are often uninitialised (librdmacm's

@@ -277,10 +277,14 @@ std::string EmbeddedCtlName(pid_t pid);
 // Events, daemon → client, in the event ring (an SPSC queue::Ring of
 // EventRecord slots in a memfd the daemon made and sealed).
 enum EventKind : uint32_t { kEvCqNotify = 1, kEvCqError, kEvQp, kEvSrq, kEvDevice };
+// kEvDevice's flags: the DEVICE_FATAL comes from droced stopping (SIGTERM),
+// not from a failed device; the connection ends next, and the client opens a
+// new one for its next ibv_open_device.
+inline constexpr uint16_t kEvDaemonStopping = 1;
 struct EventRecord {
   uint32_t kind;
   uint16_t dev;
-  uint16_t pad;
+  uint16_t flags;  // kEvDevice: kEvDaemonStopping; others 0
   uint32_t id;    // the object's cookie (kEvDevice: 0)
   int32_t type;   // enum ibv_event_type (kEvQp, kEvSrq, kEvDevice)
 };

@@ -12,6 +12,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <infiniband/verbs.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -95,7 +97,13 @@ class Server::Client {
 
     void QpEvent(uint64_t cookie, int type) override { c->PushEvent(ctl::kEvQp, index, cookie, type); }
     void SrqEvent(uint64_t cookie, int type) override { c->PushEvent(ctl::kEvSrq, index, cookie, type); }
-    void DeviceEvent(int type) override { c->PushEvent(ctl::kEvDevice, index, 0, type); }
+    // A DEVICE_FATAL of the daemon's stop says so (Server::Run sets
+    // stopping_ before it shuts the devices down): the client then opens a
+    // new connection for its next device, rather than reuse this one.
+    void DeviceEvent(int type) override {
+      const bool stopping = type == IBV_EVENT_DEVICE_FATAL && c->srv->stopping_.load(std::memory_order_acquire);
+      c->PushEvent(ctl::kEvDevice, index, 0, type, stopping ? ctl::kEvDaemonStopping : 0);
+    }
     void NotifyCq(uint64_t cookie) override { c->PushEvent(ctl::kEvCqNotify, index, cookie, 0); }
     void CqError(uint64_t cookie) override { c->PushEvent(ctl::kEvCqError, index, cookie, 0); }
   };
@@ -115,7 +123,7 @@ class Server::Client {
   // Engine threads (and the client's thread): queue one event and poke the
   // client's eventfd. A full ring drops the event (counted); the client
   // reads its ring whenever the eventfd fires.
-  void PushEvent(uint32_t kind, uint16_t dev, uint64_t id, int type) {
+  void PushEvent(uint32_t kind, uint16_t dev, uint64_t id, int type, uint16_t flags = 0) {
     if (!ev_ring.valid()) return;
     {
       std::lock_guard<SpinLock> l(ev_lock);
@@ -124,7 +132,7 @@ class Server::Client {
         ++ev_dropped;
         return;
       }
-      ctl::EventRecord r{kind, dev, 0, static_cast<uint32_t>(id), type};
+      ctl::EventRecord r{kind, dev, flags, static_cast<uint32_t>(id), type};
       std::memcpy(ev_ring.slot(ev_prod), &r, sizeof(r));
       ev_ring.publish_prod(++ev_prod);
     }
@@ -986,12 +994,18 @@ void Server::Run() {
     std::lock_guard<std::mutex> l(mu_);
     live_.push_back({c, std::thread([this, c] { Serve(c); })});
   }
-  // Shutting down: every client hears DEVICE_FATAL, then its connection
-  // ends and its thread tears it down.
   if (opt_.on_stopping) opt_.on_stopping();
+  // Shutting down. The socket goes first: a client that reconnects at once
+  // (a restart) fails fast instead of queueing on a listener nobody
+  // accepts on, and a daemon started meanwhile on the same path keeps its
+  // own socket file. Then every client hears DEVICE_FATAL (marked as the
+  // daemon's stop), its connection ends and its thread tears it down.
+  stopping_.store(true, std::memory_order_release);
+  close(listen_fd_);
+  listen_fd_ = -1;
+  unlink(opt_.socket_path.c_str());
   metrics_.reset();
   for (engine::Device* d : devices_) d->Shutdown("droced is stopping");
-  stopping_.store(true, std::memory_order_release);
   const uint64_t one = 1;
   (void)!write(stop_fd_, &one, sizeof(one));
   std::vector<Live> live;
@@ -1000,7 +1014,6 @@ void Server::Run() {
     live.swap(live_);
   }
   for (Live& x : live) x.thread.join();
-  unlink(opt_.socket_path.c_str());
 }
 
 void Server::Stop() {
@@ -1024,6 +1037,10 @@ void Server::Serve(std::shared_ptr<Client> c) {
     }
     if (p[1].revents != 0) {
       why = "daemon stopping";
+      // Hang up before the teardown: the client's event thread sees the
+      // end now, and a request it has sent meanwhile fails with EIO
+      // instead of waiting for a reply that will not come.
+      shutdown(c->sock, SHUT_RDWR);
       break;
     }
     if (np == 3 && p[2].revents != 0) {

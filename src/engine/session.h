@@ -149,6 +149,12 @@ class Session {
   // fail with EIO).
   virtual bool port_active() const = 0;
   virtual bool dead() const = 0;
+  // No engine will run this device's queues again: a client whose droced
+  // stopped or vanished (an embedded engine that died still flushes what is
+  // posted). Posting verbs then fail with EIO, as on an RNIC being reset;
+  // destroying objects still succeeds, and a new ibv_open_device gets a new
+  // session. Asked only on a QP in ERR (every QP of such a session is).
+  virtual bool engine_gone() const { return false; }
   virtual int workers() const = 0;
   // Unaffiliated events (PORT_ACTIVE, PORT_ERR, DEVICE_FATAL) go to every
   // registered sink.

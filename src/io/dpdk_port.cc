@@ -1,8 +1,10 @@
 #include "io/dpdk_port.h"
 
+#include <dirent.h>
 #include <getopt.h>
 #include <net/if.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <fstream>
 #include <regex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <rte_bus_vdev.h>
@@ -149,6 +152,31 @@ rte_mempool* create_packed_pool(const std::string& name, uint32_t n, uint16_t bu
   return mp;
 }
 
+// This process's EAL runtime directory, once InitEal made it.
+std::string& runtime_dir() {
+  static std::string* dir = new std::string();  // read by an atexit handler: never destroyed
+  return *dir;
+}
+
+// Where EAL puts the runtime directories (eal_create_runtime_dir).
+std::string eal_runtime_base() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = getuid() == 0 ? "/var/run" : (xdg != nullptr && *xdg != '\0' ? xdg : "/tmp");
+  return dir + "/dpdk";
+}
+
+// The files of one runtime directory (sockets, no subdirectories).
+void remove_dir_files(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (const dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
+      unlink((dir + "/" + e->d_name).c_str());
+    }
+  }
+  closedir(d);
+}
+
 }  // namespace
 
 bool IsPciAddress(const std::string& devargs) {
@@ -197,16 +225,42 @@ absl::Status InitEal(const EalOptions& opts) {
     return absl::InternalError(absl::StrCat("DPDK EAL init failed: ", rte_strerror(rte_errno)));
   }
   rte_log_set_global_level(static_cast<uint32_t>(rte_level(opts.log_level)));
-  // EAL leaves an empty runtime directory per process even with
-  // --no-shconf; remove it when the process exits.
-  static std::string runtime_dir = rte_eal_get_runtime_dir();
-  std::atexit([] {
-    // The telemetry sockets too (their own atexit runs after this one).
-    for (const char* f : {"dpdk_telemetry.v2", "telemetry"}) unlink((runtime_dir + "/" + f).c_str());
-    rmdir(runtime_dir.c_str());
-  });
+  // EAL leaves its runtime directory behind even with --no-shconf; remove it
+  // when the process exits (the telemetry sockets too: their own atexit runs
+  // after this one and finds them gone, which it ignores).
+  runtime_dir() = rte_eal_get_runtime_dir();
+  std::atexit(RemoveEalRuntimeDir);
   g_eal_hugepages = huge;
   return absl::OkStatus();
+}
+
+void RemoveEalRuntimeDir() {
+  if (runtime_dir().empty()) return;
+  remove_dir_files(runtime_dir());
+  rmdir(runtime_dir().c_str());
+}
+
+int SweepStaleEalRuntimeDirs() {
+  const std::string base = eal_runtime_base();
+  DIR* d = opendir(base.c_str());
+  if (d == nullptr) return 0;
+  int removed = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string_view name = e->d_name;
+    constexpr std::string_view kPrefix = "droce-";
+    int pid = 0;
+    if (!name.starts_with(kPrefix) || !absl::SimpleAtoi(absl::string_view(e->d_name + kPrefix.size()), &pid) ||
+        pid <= 0 || pid == getpid()) {
+      continue;
+    }
+    // EPERM: alive, another user's. Only ESRCH says the process is gone.
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string dir = base + "/" + std::string(name);
+    remove_dir_files(dir);
+    if (rmdir(dir.c_str()) == 0) ++removed;
+  }
+  closedir(d);
+  return removed;
 }
 
 absl::Status DpdkPort::Open(const PortOptions& opts) {

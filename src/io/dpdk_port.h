@@ -41,6 +41,20 @@ absl::Status InitEal(const EalOptions& opts);
 // After InitEal: whether EAL runs on hugepages.
 bool EalUsesHugepages();
 
+// EAL makes a runtime directory per process (<base>/droce-<pid>, base
+// /var/run/dpdk for root, else $XDG_RUNTIME_DIR/dpdk or /tmp/dpdk) even with
+// --no-shconf/--in-memory, holding at most the telemetry sockets, and never
+// removes it. Removes this process's (its files, then the directory); a
+// no-op before InitEal. Runs at exit (atexit); a program that leaves with
+// _exit (droced) calls it itself.
+void RemoveEalRuntimeDir();
+// Removes the droce-<pid> directories under the base whose process is gone
+// (killed, or exited without RemoveEalRuntimeDir): a long-running droced
+// calls it at start so that restarts and crashes do not pile them up. A
+// directory whose pid was reused by a live process stays. Returns how many
+// were removed.
+int SweepStaleEalRuntimeDirs();
+
 struct PortOptions {
   std::string devargs;     // e.g. "net_memif0,role=server,socket=/tmp/x.sock"
   uint16_t mbuf_data_room = 4096 + 256;  // fits a 4096-byte path MTU frame

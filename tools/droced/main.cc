@@ -28,6 +28,7 @@
 #include "daemon/config_file.h"
 #include "daemon/server.h"
 #include "engine/device.h"
+#include "io/dpdk_port.h"
 
 namespace {
 
@@ -165,6 +166,11 @@ int main(int argc, char** argv) {
   // systemd makes /run/droce (RuntimeDirectory=droce); by hand, droced does.
   if (opt.socket_path.starts_with("/run/droce/")) mkdir("/run/droce", 0755);
 
+  // A droced that was killed (or any droce process that was) left its EAL
+  // runtime directory; a restart should not add to them.
+  if (const int n = droce::io::SweepStaleEalRuntimeDirs(); n > 0) {
+    std::fprintf(stderr, "droced: removed %d stale DPDK runtime director%s\n", n, n == 1 ? "y" : "ies");
+  }
   std::vector<droce::engine::Device*> devices;
   for (int i = 0; i < droce::engine::Device::Count(); ++i) {
     auto d = droce::engine::Device::Instance(i);
@@ -201,7 +207,9 @@ int main(int argc, char** argv) {
   Say(droce::LogLevel::kInfo, absl::StrCat("stopped (", server.StatusLine(), ")"));
   g_server = nullptr;
   // The engine's threads live until exit; leave without running their
-  // destructors under them.
+  // destructors under them (nor the atexit handlers: what they would remove
+  // goes here).
+  droce::io::RemoveEalRuntimeDir();
   std::fflush(stderr);
   _exit(0);
 }
