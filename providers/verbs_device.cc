@@ -89,7 +89,7 @@ std::string gid_text(const uint8_t* g) {
 
 void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   std::memset(a, 0, sizeof(*a));
-  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "droce-0.1.0");
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "%s", engine::kFirmwareVersion);
   a->node_guid = htobe64(node_guid_host(p));
   a->sys_image_guid = a->node_guid;
   a->max_mr_size = engine::Limits::kMaxMrSize;
@@ -183,7 +183,7 @@ ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
 bool sysfs_attr(int index, std::string_view file, std::string* value) {
   char buf[64];
   if (file == "board_id") *value = "droce";
-  else if (file == "fw_ver") *value = "droce-0.1.0";
+  else if (file == "fw_ver") *value = engine::kFirmwareVersion;
   else if (file == "node_type") *value = "1: CA";
   else if (file == "hw_rev") *value = "0";
   else if (file == "node_desc") *value = "droce" + std::to_string(index);

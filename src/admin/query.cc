@@ -102,6 +102,15 @@ absl::StatusOr<Filter> FilterOf(const Json& req, Host& host) {
   return f;
 }
 
+// fn(index, device) for each device the filter keeps.
+template <typename Fn>
+void ForEachDevice(Host& host, const Filter& f, Fn&& fn) {
+  auto devs = host.Devices();
+  for (size_t i = 0; i < devs.size(); ++i) {
+    if (f.dev.empty() || devs[i]->port().name == f.dev) fn(i, *devs[i]);
+  }
+}
+
 Json DevHead(size_t index, const engine::Device& d) {
   Json j;
   j["ifindex"] = index;
@@ -111,27 +120,21 @@ Json DevHead(size_t index, const engine::Device& d) {
 
 Json Devs(Host& host, const Filter& f) {
   Json out = Json::array();
-  auto devs = host.Devices();
-  for (size_t i = 0; i < devs.size(); ++i) {
-    const engine::Device& d = *devs[i];
-    if (!f.dev.empty() && d.port().name != f.dev) continue;
+  ForEachDevice(host, f, [&](size_t i, const engine::Device& d) {
     Json j = DevHead(i, d);
     j["node_type"] = "ca";
-    j["fw"] = "droce-0.1.0";
+    j["fw"] = engine::kFirmwareVersion;
     j["node_guid"] = Guid(engine::node_guid(d.port()));
     j["sys_image_guid"] = Guid(engine::node_guid(d.port()));
     j["workers"] = d.workers();
     out.push_back(std::move(j));
-  }
+  });
   return out;
 }
 
 Json Links(Host& host, const Filter& f) {
   Json out = Json::array();
-  auto devs = host.Devices();
-  for (size_t i = 0; i < devs.size(); ++i) {
-    const engine::Device& d = *devs[i];
-    if (!f.dev.empty() && d.port().name != f.dev) continue;
+  ForEachDevice(host, f, [&](size_t i, const engine::Device& d) {
     const engine::PortInfo& p = d.port();
     Json j = DevHead(i, d);
     j["port"] = 1;
@@ -147,7 +150,7 @@ Json Links(Host& host, const Filter& f) {
     j["link_mtu"] = p.link_mtu;
     j["dead"] = d.dead();
     out.push_back(std::move(j));
-  }
+  });
   return out;
 }
 
@@ -175,10 +178,7 @@ absl::StatusOr<Json> Res(Host& host, const Json& req, const Filter& f) {
   }
   Json out = Json::array();
   absl::flat_hash_map<int32_t, std::string> comms;
-  auto devs = host.Devices();
-  for (size_t i = 0; i < devs.size(); ++i) {
-    engine::Device& d = *devs[i];
-    if (!f.dev.empty() && d.port().name != f.dev) continue;
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
     const engine::Device::Resources r = d.ReadResources();
     const Owners o = host.OwnersOf(i);
     auto keep = [&](int32_t pid) { return f.pid < 0 || pid == f.pid; };
@@ -189,7 +189,7 @@ absl::StatusOr<Json> Res(Host& host, const Json& req, const Filter& f) {
       j["qp"] = r.qps.size();
       j["mr"] = r.mrs.size();
       out.push_back(std::move(j));
-      continue;
+      return;
     }
     if (kind == "qp") {
       for (const auto& q : r.qps) {
@@ -248,7 +248,7 @@ absl::StatusOr<Json> Res(Host& host, const Json& req, const Filter& f) {
         out.push_back(std::move(j));
       }
     }
-  }
+  });
   return out;
 }
 
@@ -259,16 +259,13 @@ void AddCounters(Json& j, const Counters& c) {
 Json Stats(Host& host, const Filter& f, bool qps) {
   Json out = Json::array();
   absl::flat_hash_map<int32_t, std::string> comms;
-  auto devs = host.Devices();
-  for (size_t i = 0; i < devs.size(); ++i) {
-    engine::Device& d = *devs[i];
-    if (!f.dev.empty() && d.port().name != f.dev) continue;
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
     if (!qps) {
       Json j = DevHead(i, d);
       j["port"] = 1;
       AddCounters(j, d.PeekCounters());
       out.push_back(std::move(j));
-      continue;
+      return;
     }
     const Owners o = host.OwnersOf(i);
     d.PeekQpCounters([&](uint32_t qpn, uint64_t owner, const QpCounters& c) {
@@ -282,7 +279,7 @@ Json Stats(Host& host, const Filter& f, bool qps) {
       for (size_t k = 0; k < kNumQpCounters; ++k) j[kQpCounterInfo[k].name] = c.values[k];
       out.push_back(std::move(j));
     });
-  }
+  });
   // Sorted by QPN within a device, as `res show qp` lists them.
   if (qps) {
     std::stable_sort(out.begin(), out.end(), [](const Json& a, const Json& b) {

@@ -23,6 +23,10 @@
 
 namespace droce::engine {
 
+// What droce reports as its firmware version (ibv_query_device's fw_ver,
+// sysfs fw_ver, `droce ctl dev show`).
+inline constexpr const char* kFirmwareVersion = "droce-0.1.0";
+
 // The memfd behind a handle's shared memory, for a process that maps it
 // (droced passes fd with SCM_RIGHTS; the offsets are of the handle's parts).
 struct MapInfo {

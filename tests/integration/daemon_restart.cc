@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "rc_to_rts.h"
+
 namespace {
 
 [[noreturn]] void die(const char* what) {
@@ -59,35 +61,7 @@ ibv_context* open_droce0() {
 }
 
 void to_rts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
-  ibv_qp_attr at{};
-  at.qp_state = IBV_QPS_INIT;
-  at.port_num = 1;
-  at.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_LOCAL_WRITE;
-  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) die("INIT");
-  at = {};
-  at.qp_state = IBV_QPS_RTR;
-  at.path_mtu = IBV_MTU_1024;
-  at.dest_qp_num = dest;
-  at.max_dest_rd_atomic = 4;
-  at.min_rnr_timer = 1;
-  at.ah_attr.is_global = 1;
-  at.ah_attr.grh.dgid = gid;
-  at.ah_attr.grh.hop_limit = 64;
-  at.ah_attr.port_num = 1;
-  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
-    die("RTR");
-  }
-  at = {};
-  at.qp_state = IBV_QPS_RTS;
-  at.timeout = 10;
-  at.retry_cnt = 7;
-  at.rnr_retry = 7;
-  at.max_rd_atomic = 4;
-  if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                                IBV_QP_MAX_QP_RD_ATOMIC)) {
-    die("RTS");
-  }
+  if (const char* step = RcToRts(q, dest, gid)) die(step);
 }
 
 Objects make_objects(ibv_context* ctx) {
