@@ -39,6 +39,7 @@
 #include "cm/ucma.h"
 #include "ctl/protocol.h"
 #include "engine/device.h"
+#include "hw_counters.h"
 #include "interpose.h"
 #include "provider.h"
 #include "sessions.h"
@@ -304,6 +305,7 @@ ssize_t write(int fd, const void* buf, size_t len) {
 
 // The kernel's ucma_close: closing a channel destroys its ids.
 int close(int fd) {
+  droce::provider::hw_counter_closed(fd);
   if (is_channel_fd(fd)) {
     int err = 0;
     if (auto* b = droce::provider::backend(&err)) b->Close(fd);

@@ -26,6 +26,7 @@
 #undef _FORTIFY_SOURCE
 #undef _FILE_OFFSET_BITS
 #include "sysfs_view.h"
+#include "hw_counters.h"
 #include "interpose.h"
 #include "rdma_cm.h"
 #include "sessions.h"
@@ -50,6 +51,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/counters.h"
 #include "common/log.h"
 #include "config/settings.h"
 #include "engine/device.h"
@@ -81,6 +83,7 @@ constexpr unsigned kMiscMajor = 10, kCmMinor = 58;
 __attribute__((tls_model("initial-exec"))) thread_local bool building = false;
 
 char root[PATH_MAX];       // the tree; empty if it could not be made
+std::atomic<size_t> root_len{0};  // strlen(root) once the tree is made, else 0
 char real_sysfs[PATH_MAX];  // what the tree mirrors: SYSFS_PATH or /sys
 pid_t owner = 0;           // the process that made the tree removes it
 
@@ -199,6 +202,10 @@ void write_device(int index) {
     write_attr(index, dir, "ports/1/gids/" + std::to_string(i));
     write_attr(index, dir, "ports/1/gid_attrs/types/" + std::to_string(i));
   }
+  // hw_counters/: one file per device counter; an open of one reads the
+  // live value (hw_counters.cc), the files here answer stat and readdir.
+  make_dirs(dir + "/ports/1/hw_counters");
+  for (const CounterInfo& c : kCounterInfo) write_file(dir + "/ports/1/hw_counters/" + c.name, "0");
   const std::string name = "droce" + std::to_string(index);
   const std::string uverbs = std::string(root) + "/class/infiniband_verbs/uverbs-" + name;
   make_dirs(uverbs);
@@ -247,6 +254,7 @@ void build_tree() {
   }
   const int n = std::min(device_count(), config::kMaxDevices);
   for (int i = 0; i < n; ++i) write_device(i);
+  root_len.store(strlen(root), std::memory_order_release);
 }
 
 // The tree's root, made on the first call; nullptr if it could not be made
@@ -265,11 +273,12 @@ const char* tree() {
 // ---------------------------------------------------------------------------
 // Paths.
 
-enum class Kind { kPass, kSysfs, kDevNode, kDevDir, kCmNode };
+enum class Kind { kPass, kSysfs, kDevNode, kDevDir, kCmNode, kCounter };
 
 struct Target {
   Kind kind = Kind::kPass;
-  int index = -1;            // kDevNode: the device; -1: not configured (ENOENT)
+  int index = -1;            // kDevNode, kCounter: the device; -1: not configured (ENOENT)
+  int counter = -1;          // kCounter: its index in kCounterInfo
   char path[PATH_MAX] = "";  // kSysfs: the path inside the tree
 };
 
@@ -283,7 +292,28 @@ inline bool maybe_ours(const char* p) {
   if (p == nullptr || p[0] != '/') return false;
   if (p[1] == 's') return strncmp(p, kClassIb, sizeof(kClassIb) - 1) == 0;
   if (p[1] == 'd') return strncmp(p, kDevIb, sizeof(kDevIb) - 1) == 0;
-  return false;
+  // The tree itself (a path built from ibv_get_sysfs_path()): only its
+  // hw_counters files are answered here.
+  const size_t n = root_len.load(std::memory_order_acquire);
+  return n != 0 && p[1] == root[1] && strncmp(p, root, n) == 0;
+}
+
+// "/class/infiniband/droce<N>/ports/1/hw_counters/<name>" (a path relative
+// to the sysfs root): sets the device and the counter.
+bool counter_path(const char* rel, Target* t) {
+  constexpr char kPrefix[] = "/class/infiniband/";
+  if (strncmp(rel, kPrefix, sizeof(kPrefix) - 1) != 0) return false;
+  const char* p = rel + sizeof(kPrefix) - 1;
+  const int index = parse_index(p, "droce");
+  if (index < 0) return false;
+  p = strchr(p, '/');
+  constexpr char kDir[] = "/ports/1/hw_counters/";
+  if (p == nullptr || strncmp(p, kDir, sizeof(kDir) - 1) != 0) return false;
+  const int counter = hw_counter_index(p + sizeof(kDir) - 1);
+  if (counter < 0 || index >= device_count()) return false;
+  t->index = index;
+  t->counter = counter;
+  return true;
 }
 
 // The droce part of the real sysfs: the two class directories themselves and
@@ -305,13 +335,21 @@ const char* sysfs_rel(const char* p) {
 
 Target classify(const char* p) {
   Target t;
+  const size_t n = root_len.load(std::memory_order_acquire);
+  if (n != 0 && p[1] == root[1] && strncmp(p, root, n) == 0) {
+    if (counter_path(p + n, &t)) {
+      t.kind = Kind::kCounter;  // else the tree's own file, as it is
+      snprintf(t.path, sizeof(t.path), "%s", p);
+    }
+    return t;
+  }
   if (p[1] == 's') {
     const char* rel = sysfs_rel(p);
     if (rel == nullptr) return t;
     const char* r = tree();
     if (r == nullptr) return t;
     if (snprintf(t.path, sizeof(t.path), "%s%s", r, rel) >= static_cast<int>(sizeof(t.path))) return t;
-    t.kind = Kind::kSysfs;
+    t.kind = counter_path(rel, &t) ? Kind::kCounter : Kind::kSysfs;
     return t;
   }
   const char* rest = p + sizeof(kDevIb) - 1;
@@ -380,6 +418,13 @@ int fake_access(const Target& t, int mode) {
 // never use it.
 int fake_open(const Target& t, int flags, int (*real_open)(const char*, int, ...)) {
   if (t.kind == Kind::kCmNode && !(flags & O_DIRECTORY)) return cm_open_channel(flags);
+  if (t.kind == Kind::kCounter) {
+    if (flags & O_DIRECTORY) {
+      errno = ENOTDIR;
+      return -1;
+    }
+    return hw_counter_open(t.index, t.counter, flags);
+  }
   if (t.kind != Kind::kDevNode || t.index < 0) {
     errno = ENOENT;
     return -1;
@@ -394,6 +439,9 @@ int fake_open(const Target& t, int flags, int (*real_open)(const char*, int, ...
   }
   return real_open("/dev/null", flags & ~(O_CREAT | O_TRUNC), 0);
 }
+
+// A path answered by the tree's file (stat, access, readdir...).
+inline bool in_tree(Kind k) { return k == Kind::kSysfs || k == Kind::kCounter; }
 
 inline bool needs_mode(int flags) { return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE; }
 
@@ -436,7 +484,8 @@ extern "C" {
   if (maybe_ours(call_path)) {                                      \
     const Target t = classify(call_path);                           \
     if (t.kind == Kind::kSysfs) return real_fn(t.path, __VA_ARGS__); \
-    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) return fake_open(t, flags, REAL(open)); \
+    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode || t.kind == Kind::kCounter) \
+      return fake_open(t, flags, REAL(open));                       \
   }                                                                 \
   return real_fn(call_path, __VA_ARGS__)
 
@@ -457,7 +506,8 @@ int __open64_2(const char* path, int flags) { DROCE_OPEN_BODY(REAL(__open64_2), 
   if (maybe_ours(path)) {            \
     const Target t = classify(path);                                      \
     if (t.kind == Kind::kSysfs) return real_fn(dirfd, t.path, __VA_ARGS__); \
-    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) return fake_open(t, flags, REAL(open)); \
+    if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode || t.kind == Kind::kCounter) \
+      return fake_open(t, flags, REAL(open));                             \
   }                                                                       \
   return real_fn(dirfd, path, __VA_ARGS__)
 
@@ -480,6 +530,11 @@ int __openat64_2(int dirfd, const char* path, int flags) { DROCE_OPENAT_BODY(REA
   if (maybe_ours(path)) {                                           \
     const Target t = classify(path);                                \
     if (t.kind == Kind::kSysfs) return real_fn(t.path, mode);       \
+    if (t.kind == Kind::kCounter) {                                 \
+      const int fd = hw_counter_open(t.index, t.counter,            \
+                                     strchr(mode, '+') || mode[0] != 'r' ? O_RDWR : O_RDONLY); \
+      return fd < 0 ? nullptr : fdopen(fd, mode);                   \
+    }                                                               \
     if (t.kind == Kind::kDevNode) {                                 \
       if (t.index < 0) {                                            \
         errno = ENOENT;                                             \
@@ -496,7 +551,7 @@ FILE* fopen64(const char* path, const char* mode) { DROCE_FOPEN_BODY(REAL(fopen6
 DIR* opendir(const char* path) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
-    if (t.kind == Kind::kSysfs) return REAL(opendir)(t.path);
+    if (in_tree(t.kind)) return REAL(opendir)(t.path);
     if (t.kind == Kind::kDevNode || t.kind == Kind::kCmNode) {
       errno = t.kind == Kind::kDevNode && t.index < 0 ? ENOENT : ENOTDIR;
       return nullptr;
@@ -508,7 +563,7 @@ DIR* opendir(const char* path) {
 #define DROCE_STAT_BODY(real_fn)                                 \
   if (maybe_ours(path)) {                                                 \
     const Target t = classify(path);                                      \
-    if (t.kind == Kind::kSysfs) return real_fn(t.path, buf);              \
+    if (in_tree(t.kind)) return real_fn(t.path, buf);              \
     if (t.kind != Kind::kPass) return fake_stat(t, reinterpret_cast<struct stat*>(buf)); \
   }                                                                       \
   return real_fn(path, buf)
@@ -523,7 +578,7 @@ int lstat64(const char* path, struct stat64* buf) { DROCE_STAT_BODY(REAL(lstat64
 #define DROCE_FSTATAT_BODY(real_fn)                                       \
   if (maybe_ours(path)) {            \
     const Target t = classify(path);                                      \
-    if (t.kind == Kind::kSysfs) return real_fn(dirfd, t.path, buf, flags); \
+    if (in_tree(t.kind)) return real_fn(dirfd, t.path, buf, flags); \
     if (t.kind != Kind::kPass) return fake_stat(t, reinterpret_cast<struct stat*>(buf)); \
   }                                                                       \
   return real_fn(dirfd, path, buf, flags)
@@ -536,7 +591,7 @@ int fstatat64(int dirfd, const char* path, struct stat64* buf, int flags) {
 int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* buf) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
-    if (t.kind == Kind::kSysfs) return REAL(statx)(dirfd, t.path, flags, mask, buf);
+    if (in_tree(t.kind)) return REAL(statx)(dirfd, t.path, flags, mask, buf);
     if (t.kind != Kind::kPass) {
       struct stat st;
       if (fake_stat(t, &st) != 0) return -1;
@@ -556,7 +611,7 @@ int statx(int dirfd, const char* path, int flags, unsigned int mask, struct stat
 int access(const char* path, int mode) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
-    if (t.kind == Kind::kSysfs) return REAL(access)(t.path, mode);
+    if (in_tree(t.kind)) return REAL(access)(t.path, mode);
     if (t.kind != Kind::kPass) return fake_access(t, mode);
   }
   return REAL(access)(path, mode);
@@ -565,16 +620,68 @@ int access(const char* path, int mode) {
 int faccessat(int dirfd, const char* path, int mode, int flags) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
-    if (t.kind == Kind::kSysfs) return REAL(faccessat)(dirfd, t.path, mode, flags);
+    if (in_tree(t.kind)) return REAL(faccessat)(dirfd, t.path, mode, flags);
     if (t.kind != Kind::kPass) return fake_access(t, mode);
   }
   return REAL(faccessat)(dirfd, path, mode, flags);
 }
 
+// glibc's realpath walks the path with internal lstat and readlink calls
+// that no interposed function sees, so a droce path would not resolve:
+// inside the view a droce path is its own canonical name (perftest's
+// --report-counters resolves each counter's path before it opens it).
+// Lexical: "//", "." and ".." folded, as the kernel's view has no symlinks
+// there.
+char* droce_realpath(const char* path, char* resolved) {
+  char out[PATH_MAX];
+  size_t n = 0;
+  for (const char* p = path; *p != '\0';) {
+    while (*p == '/') ++p;
+    const char* end = p;
+    while (*end != '\0' && *end != '/') ++end;
+    const size_t len = static_cast<size_t>(end - p);
+    if (len == 0 || (len == 1 && p[0] == '.')) {
+    } else if (len == 2 && p[0] == '.' && p[1] == '.') {
+      while (n > 0 && out[n - 1] != '/') --n;
+      if (n > 0) --n;
+    } else {
+      if (n + 1 + len >= sizeof(out)) {
+        errno = ENAMETOOLONG;
+        return nullptr;
+      }
+      out[n++] = '/';
+      memcpy(out + n, p, len);
+      n += len;
+    }
+    p = end;
+  }
+  if (n == 0) out[n++] = '/';
+  out[n] = '\0';
+  if (resolved == nullptr) return strdup(out);
+  memcpy(resolved, out, n + 1);
+  return resolved;
+}
+
+char* realpath(const char* path, char* resolved) {
+  if (maybe_ours(path)) {
+    const Target t = classify(path);
+    struct stat st;
+    if (in_tree(t.kind) && REAL(stat)(t.path, &st) == 0) return droce_realpath(path, resolved);
+  }
+  return REAL(realpath)(path, resolved);
+}
+
+char* __realpath_chk(const char* path, char* resolved, size_t resolvedlen) {
+  if (resolvedlen < PATH_MAX) abort();  // as glibc's fortified check
+  return realpath(path, resolved);
+}
+
+char* canonicalize_file_name(const char* path) { return realpath(path, nullptr); }
+
 ssize_t readlink(const char* path, char* buf, size_t size) {
   if (maybe_ours(path)) {
     const Target t = classify(path);
-    if (t.kind == Kind::kSysfs) return REAL(readlink)(t.path, buf, size);
+    if (in_tree(t.kind)) return REAL(readlink)(t.path, buf, size);
     if (t.kind != Kind::kPass) {
       errno = (t.kind == Kind::kDevNode && t.index < 0) ? ENOENT : EINVAL;  // not a symlink
       return -1;

@@ -82,6 +82,7 @@ inline constexpr CounterInfo kCounterInfo[] = {
     DROCE_COUNTERS(DROCE_COUNTER_INFO)
 #undef DROCE_COUNTER_INFO
 };
+inline constexpr size_t kNumCounters = std::size(kCounterInfo);
 
 // Per-QP counters: the device counters that count one QP's events, with the
 // same names and meanings (docs/COUNTERS.md). The transport counts each event

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../integration/rc_to_rts.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -223,6 +225,103 @@ TEST_F(SysfsView, OtherPathsUntouched) {
   int (*volatile access_fn)(const char*, int) = access;
   EXPECT_EQ(access_fn(nullptr, F_OK), -1);
   EXPECT_EQ(errno, EFAULT);
+}
+
+// hw_counters/<name>: every device counter, live. perftest --report-counters
+// resolves each path with realpath, opens it once and reads it again after
+// lseek(0) at the end of the run; ibv_read_sysfs_file reads a fresh value.
+TEST_F(SysfsView, HwCountersAreLive) {
+  const std::string dir = std::string(kIbdev) + "/ports/1/hw_counters";
+  const std::string tree_dir = std::string(ibv_get_sysfs_path()) + "/class/infiniband/droce0/ports/1/hw_counters";
+  // Every counter is listed.
+  std::set<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  ASSERT_NE(d, nullptr);
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') names.insert(e->d_name);
+  }
+  closedir(d);
+  for (const char* n : {"sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "icrc_err"}) {
+    EXPECT_TRUE(names.count(n)) << n;
+  }
+  EXPECT_GE(names.size(), 30u);
+  const std::string path = dir + "/sent_pkts";
+  char* resolved = realpath(path.c_str(), nullptr);
+  ASSERT_NE(resolved, nullptr) << strerror(errno);
+  EXPECT_EQ(std::string(resolved), path);
+  free(resolved);
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  auto read_fd = [&] {
+    char buf[32] = "";
+    EXPECT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+    EXPECT_EQ(lseek(fd, 0, SEEK_SET), 0);
+    return std::strtoull(buf, nullptr, 10);
+  };
+  const uint64_t before = read_fd();
+
+  // 10 SENDs of 3000 bytes (3 packets each at MTU 1024) between two RC QPs.
+  ibv_pd* pd = ibv_alloc_pd(ctx_);
+  ibv_cq* cq = ibv_create_cq(ctx_, 64, nullptr, nullptr, 0);
+  std::vector<char> buf(1 << 16);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_TRUE(pd && cq && mr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.cap = {16, 16, 1, 1, 0};
+  ibv_qp* a = ibv_create_qp(pd, &ia);
+  ibv_qp* b = ibv_create_qp(pd, &ia);
+  ASSERT_TRUE(a && b);
+  ibv_gid gid;
+  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &gid), 0);
+  ASSERT_EQ(RcToRts(a, b->qp_num, gid), nullptr);
+  ASSERT_EQ(RcToRts(b, a->qp_num, gid), nullptr);
+  for (int i = 0; i < 10; ++i) {
+    ibv_sge rs{reinterpret_cast<uint64_t>(buf.data() + 32768), 3000, mr->lkey};
+    ibv_recv_wr rw{};
+    rw.sg_list = &rs;
+    rw.num_sge = 1;
+    ibv_recv_wr* rbad;
+    ASSERT_EQ(ibv_post_recv(b, &rw, &rbad), 0);
+    ibv_sge ss{reinterpret_cast<uint64_t>(buf.data()), 3000, mr->lkey};
+    ibv_send_wr sw{};
+    sw.sg_list = &ss;
+    sw.num_sge = 1;
+    sw.opcode = IBV_WR_SEND;
+    sw.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* sbad;
+    ASSERT_EQ(ibv_post_send(a, &sw, &sbad), 0);
+    int got = 0;
+    for (int spins = 0; got < 2 && spins < 10000000; ++spins) {
+      ibv_wc wc;
+      const int n = ibv_poll_cq(cq, 1, &wc);
+      ASSERT_GE(n, 0);
+      if (n == 1) {
+        ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+        ++got;
+      }
+    }
+    ASSERT_EQ(got, 2);
+  }
+  // The same fd, read again after lseek(0), has moved by at least the 30
+  // data packets; a new open and ibv_read_sysfs_file (on the /sys path and
+  // on the tree's) agree with it, as nothing is sent meanwhile.
+  const uint64_t after = read_fd();
+  EXPECT_GE(after, before + 30);
+  EXPECT_EQ(std::strtoull(ReadOpen(path).c_str(), nullptr, 10), after);
+  EXPECT_EQ(std::strtoull(ReadFopen(path).c_str(), nullptr, 10), after);
+  EXPECT_EQ(std::strtoull(ReadIbvSysfs(dir, "sent_pkts").c_str(), nullptr, 10), after);
+  EXPECT_EQ(std::strtoull(ReadIbvSysfs(tree_dir, "sent_pkts").c_str(), nullptr, 10), after);
+  EXPECT_EQ(close(fd), 0);
+  // Read-only, as sysfs's 0444 counters; unknown names do not exist.
+  EXPECT_LT(open(path.c_str(), O_WRONLY), 0);
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_EQ(ReadOpen(dir + "/no_such_counter").rfind("<open", 0), 0u);
+  for (ibv_qp* q : {a, b}) EXPECT_EQ(ibv_destroy_qp(q), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
 }
 
 // Run by TreeRemovedAtExit in a child process: makes the tree, writes its
