@@ -61,6 +61,9 @@ void refresh(int fd) {
 }  // namespace
 
 int hw_counter_index(const char* name) {
+  for (const CounterAlias& a : kCounterAliases) {
+    if (std::strcmp(a.name, name) == 0) name = a.target;
+  }
   for (size_t i = 0; i < kNumCounters; ++i) {
     if (std::strcmp(kCounterInfo[i].name, name) == 0) return static_cast<int>(i);
   }

@@ -206,6 +206,7 @@ void write_device(int index) {
   // live value (hw_counters.cc), the files here answer stat and readdir.
   make_dirs(dir + "/ports/1/hw_counters");
   for (const CounterInfo& c : kCounterInfo) write_file(dir + "/ports/1/hw_counters/" + c.name, "0");
+  for (const CounterAlias& a : kCounterAliases) write_file(dir + "/ports/1/hw_counters/" + a.name, "0");
   const std::string name = "droce" + std::to_string(index);
   const std::string uverbs = std::string(root) + "/class/infiniband_verbs/uverbs-" + name;
   make_dirs(uverbs);

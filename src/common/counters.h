@@ -63,7 +63,15 @@ inline uint64_t Peek(const uint64_t& c) {
   X(foreign_doorbells, "droced: doorbells a client rang for a QP that is not its own (ignored)") \
   X(gsi_rcvd, "MADs received on QP1 (the GSI QP) and passed to the connection manager")    \
   X(gsi_sent, "MADs sent from QP1 by the connection manager")                               \
-  X(gsi_drop, "packets to QP1 dropped: not a UD SEND of a 256-byte MAD with Q_Key 0x80010000, no connection manager, or no MAC for the destination within 3 s")
+  X(gsi_drop, "packets to QP1 dropped: not a UD SEND of a 256-byte MAD with Q_Key 0x80010000, no connection manager, or no MAC for the destination within 3 s") \
+  X(implied_nak_seq_err, "ConnectX: READ responses whose PSN was beyond the expected one (an implied NAK: responses were lost, the rest is asked again)") \
+  X(req_cqe_error, "ConnectX: send completions with an error status other than flushed")  \
+  X(req_cqe_flush_error, "ConnectX: send completions flushed (IBV_WC_WR_FLUSH_ERR) by a QP in error") \
+  X(resp_cqe_error, "ConnectX: receive completions with an error status other than flushed") \
+  X(resp_cqe_flush_error, "ConnectX: receive completions flushed (IBV_WC_WR_FLUSH_ERR) by a QP in error") \
+  X(rx_read_requests, "ConnectX: RDMA READ requests received and executed (not duplicates)") \
+  X(rx_write_requests, "ConnectX: RDMA WRITE messages received (their FIRST or ONLY packet, not duplicates)") \
+  X(rx_atomic_requests, "ConnectX: atomic requests received and executed (not duplicates)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -83,6 +91,21 @@ inline constexpr CounterInfo kCounterInfo[] = {
 #undef DROCE_COUNTER_INFO
 };
 inline constexpr size_t kNumCounters = std::size(kCounterInfo);
+
+// ConnectX (mlx5) hw_counters names for counters droce already has under
+// rxe's name with the same meaning: the sysfs view lists both names, and
+// both read the one counter (docs/COUNTERS.md).
+struct CounterAlias {
+  const char* name;    // ConnectX's
+  const char* target;  // the counter above
+};
+inline constexpr CounterAlias kCounterAliases[] = {
+    {"out_of_sequence", "out_of_seq_request"},
+    {"packet_seq_err", "rcvd_seq_err"},
+    {"local_ack_timeout_err", "completer_retry_err"},
+    {"req_remote_invalid_request", "rcvd_inv_req_err"},
+    {"resp_remote_access_error", "send_rem_access_err"},
+};
 
 // Per-QP counters: the device counters that count one QP's events, with the
 // same names and meanings (docs/COUNTERS.md). The transport counts each event
@@ -111,7 +134,15 @@ inline constexpr size_t kNumCounters = std::size(kCounterInfo);
   X(qkey_viol)               \
   X(dropped_msgs)            \
   X(bad_wqe)                 \
-  X(cq_overflow)
+  X(cq_overflow)             \
+  X(implied_nak_seq_err)     \
+  X(req_cqe_error)           \
+  X(req_cqe_flush_error)     \
+  X(resp_cqe_error)          \
+  X(resp_cqe_flush_error)    \
+  X(rx_read_requests)        \
+  X(rx_write_requests)       \
+  X(rx_atomic_requests)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

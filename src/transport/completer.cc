@@ -136,6 +136,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
     // A response was lost: ask again for the rest, once per gap.
     Count(QpCounter::rcvd_seq_err);
     if (last_read_goback_psn_ != expected) {
+      Count(QpCounter::implied_nak_seq_err);  // decided once per gap, as ConnectX counts it
       last_read_goback_psn_ = expected;
       GoBackTo(expected);
     }

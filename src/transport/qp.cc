@@ -336,7 +336,10 @@ void Qp::FlushAll() {
     c.status = queue::wc::kWrFlushErr;
     c.qp_num = qpn_;
     c.opcode = queue::wc::kOpRecv;
-    if (recv_cq_->Push(c, false)) recv_.active = false;
+    if (recv_cq_->Push(c, false)) {
+      recv_.active = false;
+      Count(QpCounter::resp_cqe_flush_error);
+    }
   }
   OnRecvDoorbell();
 }
@@ -355,6 +358,7 @@ void Qp::OnRecvDoorbell() {
     c.qp_num = qpn_;
     c.opcode = queue::wc::kOpRecv;
     if (!recv_cq_->Push(c, false)) break;
+    Count(QpCounter::resp_cqe_flush_error);
     ++rq_cons_;
   }
   rq_.publish_cons(rq_cons_);
@@ -379,6 +383,9 @@ bool Qp::RetireSendWqe(const queue::Cqe* cqe) {
 bool Qp::PushSendCqe(const queue::Cqe& in) {
   queue::Cqe cqe = in;
   cqe.timestamp_ns = env_->NowNs();
+  if (cqe.status != queue::wc::kSuccess) {
+    Count(cqe.status == queue::wc::kWrFlushErr ? QpCounter::req_cqe_flush_error : QpCounter::req_cqe_error);
+  }
   if (send_cq_->Push(cqe, false)) return true;
   // A completion that cannot be entered is never dropped silently: the CQ
   // raised CQ_ERR, and the QP goes to error with QP_FATAL (IBA 11.6.2).
@@ -393,6 +400,9 @@ bool Qp::PushSendCqe(const queue::Cqe& in) {
 bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
   queue::Cqe cqe = in;
   cqe.timestamp_ns = env_->NowNs();
+  if (cqe.status != queue::wc::kSuccess) {
+    Count(cqe.status == queue::wc::kWrFlushErr ? QpCounter::resp_cqe_flush_error : QpCounter::resp_cqe_error);
+  }
   if (recv_cq_->Push(cqe, solicited)) return true;
   Count(QpCounter::cq_overflow);
   if (attr_.state != QpState::kErr) {

@@ -252,6 +252,9 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
       return;
     }
   }
+  // Accepted (a WRITE that needed a receive WQE has one): one more WRITE
+  // message, counted at its FIRST or ONLY packet.
+  if ((mask & wire::kMaskWrite) && first) Count(QpCounter::rx_write_requests);
   if (is_send) {
     uint8_t status = queue::wc::kSuccess;
     if (!Scatter(pkt.payload, pkt.payload_len, &status)) {

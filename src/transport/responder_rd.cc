@@ -26,6 +26,7 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
   if (!duplicate) {
     epsn_ = wire::psn_add(epsn_, npkts);  // a READ occupies one PSN per response
     msn_ = (msn_ + 1) & wire::kPsnMask;
+    Count(QpCounter::rx_read_requests);
   }
   Response& r = responses_[resp_tail_++ % responses_.size()];
   r = Response{};
@@ -73,6 +74,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
       ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
       return;
     }
+    Count(QpCounter::rx_atomic_requests);
     AtomicRecord& rec = atomic_history_[atomic_next_++ % atomic_history_.size()];
     rec = {psn, orig, true};
     epsn_ = wire::psn_add(epsn_, 1);

@@ -313,6 +313,10 @@ TEST_F(SysfsView, HwCountersAreLive) {
   EXPECT_EQ(std::strtoull(ReadFopen(path).c_str(), nullptr, 10), after);
   EXPECT_EQ(std::strtoull(ReadIbvSysfs(dir, "sent_pkts").c_str(), nullptr, 10), after);
   EXPECT_EQ(std::strtoull(ReadIbvSysfs(tree_dir, "sent_pkts").c_str(), nullptr, 10), after);
+  // ConnectX's names read the same counters as rxe's.
+  EXPECT_TRUE(names.count("out_of_sequence") && names.count("rx_write_requests"));
+  EXPECT_EQ(ReadOpen(dir + "/out_of_sequence"), ReadOpen(dir + "/out_of_seq_request"));
+  EXPECT_EQ(ReadOpen(dir + "/local_ack_timeout_err"), ReadOpen(dir + "/completer_retry_err"));
   EXPECT_EQ(close(fd), 0);
   // Read-only, as sysfs's 0444 counters; unknown names do not exist.
   EXPECT_LT(open(path.c_str(), O_WRONLY), 0);
