@@ -39,7 +39,8 @@ bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
     case IBV_WR_ATOMIC_FETCH_AND_ADD: *out = queue::WqeOp::kFetchAdd; return type == IBV_QPT_RC;
     case IBV_WR_BIND_MW: *out = queue::WqeOp::kBindMw; return type != IBV_QPT_UD;
     case IBV_WR_LOCAL_INV: *out = queue::WqeOp::kLocalInv; return type != IBV_QPT_UD;
-    default: return false;  // TSO, ATOMIC_WRITE, driver opcodes
+    case IBV_WR_ATOMIC_WRITE: *out = queue::WqeOp::kAtomicWrite; return type == IBV_QPT_RC;
+    default: return false;  // TSO, driver opcodes
   }
 }
 
@@ -198,6 +199,19 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   }
   if (op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv) {
     w.num_sge = 0;
+    std::memcpy(slot, &w, sizeof(w));
+    ++q->sq_prod;
+    return 0;
+  }
+  if (op == queue::WqeOp::kAtomicWrite) {
+    // The 8 bytes (one 8-byte SGE, or inline) travel in the WQE itself,
+    // read now as inline data is (rxe also takes them at post time).
+    if (wr->num_sge != 1 || wr->sg_list == nullptr || wr->sg_list[0].length != 8) return EINVAL;
+    w.remote_addr = wr->wr.rdma.remote_addr;
+    w.rkey = wr->wr.rdma.rkey;
+    std::memcpy(&w.compare_add, reinterpret_cast<const void*>(wr->sg_list[0].addr), 8);
+    w.num_sge = 0;
+    w.flags &= static_cast<uint8_t>(~queue::kWqeInline);
     std::memcpy(slot, &w, sizeof(w));
     ++q->sq_prod;
     return 0;
@@ -539,7 +553,19 @@ void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
 }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
-void wr_atomic_write(ibv_qp_ex* q, uint32_t, uint64_t, const void*) { wr_unsupported(q); }
+void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
+  if (!wr_allowed(qpx, IBV_WR_ATOMIC_WRITE)) return;
+  Qp* q = to_qp(qpx);
+  if (atomic_wr == nullptr) {
+    if (!q->wr_err) q->wr_err = EINVAL;
+    return;
+  }
+  wr_rdma_common(qpx, queue::WqeOp::kAtomicWrite, rkey, addr, 0);
+  if (q->wr_err) return;
+  // The 8 bytes travel in the WQE (see write_send_wqe); no SGE follows.
+  std::memcpy(&cur_wqe(q)->compare_add, atomic_wr, 8);
+  cur_wqe(q)->num_sge = 0;
+}
 
 }  // namespace
 

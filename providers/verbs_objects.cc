@@ -187,7 +187,8 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   }
   if (attr->qp_type == IBV_QPT_RC) {
     kSupportedOps |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
+                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
+                     IBV_QP_EX_WITH_ATOMIC_WRITE;
   }
   if (ex && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~kSupportedOps)) {

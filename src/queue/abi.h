@@ -28,6 +28,7 @@ enum class WqeOp : uint8_t {
   kFetchAdd = 7,
   kLocalInv = 8,
   kBindMw = 9,
+  kAtomicWrite = 10,  // IBV_WR_ATOMIC_WRITE: 8 bytes (inline or one SGE), RC only
 };
 
 enum WqeFlags : uint8_t {
@@ -114,6 +115,7 @@ inline constexpr uint8_t kOpCompSwap = 3;
 inline constexpr uint8_t kOpFetchAdd = 4;
 inline constexpr uint8_t kOpBindMw = 5;
 inline constexpr uint8_t kOpLocalInv = 6;
+inline constexpr uint8_t kOpAtomicWrite = 9;  // IBV_WC_ATOMIC_WRITE
 inline constexpr uint8_t kOpRecv = 128;
 inline constexpr uint8_t kOpRecvRdmaWithImm = 129;
 

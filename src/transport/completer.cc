@@ -20,6 +20,7 @@ uint8_t wc_opcode(queue::WqeOp op) {
     case queue::WqeOp::kRead: return queue::wc::kOpRdmaRead;
     case queue::WqeOp::kCmpSwap: return queue::wc::kOpCompSwap;
     case queue::WqeOp::kFetchAdd: return queue::wc::kOpFetchAdd;
+    case queue::WqeOp::kAtomicWrite: return queue::wc::kOpAtomicWrite;
     case queue::WqeOp::kBindMw: return queue::wc::kOpBindMw;
     case queue::WqeOp::kLocalInv: return queue::wc::kOpLocalInv;
     default: return queue::wc::kOpSend;

@@ -317,7 +317,8 @@ class Qp {
   bool StartWrite(const wire::Reth& reth);
   // Places one packet's payload of the current WRITE, after checking that
   // piece of the range against the MR table as it is now.
-  bool PlaceWrite(const uint8_t* src, uint32_t len);
+  // atomic: an ATOMIC WRITE's 8 bytes, stored in one go.
+  bool PlaceWrite(const uint8_t* src, uint32_t len, bool atomic = false);
   void CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pkt, bool with_imm,
                     uint8_t opcode = queue::wc::kOpRecv);
   void ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status);

@@ -19,7 +19,9 @@ constexpr uint64_t kMaxMessage = 1ull << 31;
 
 bool is_read(queue::WqeOp op) { return op == queue::WqeOp::kRead; }
 bool is_atomic(queue::WqeOp op) { return op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd; }
-bool is_write(queue::WqeOp op) { return op == queue::WqeOp::kWrite || op == queue::WqeOp::kWriteImm; }
+bool is_write(queue::WqeOp op) {
+  return op == queue::WqeOp::kWrite || op == queue::WqeOp::kWriteImm || op == queue::WqeOp::kAtomicWrite;
+}
 bool is_local(queue::WqeOp op) { return op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv; }
 
 // The opcode of packet (first, last) of a WQE on a QP type.
@@ -40,6 +42,7 @@ uint8_t request_opcode(QpType type, queue::WqeOp op, bool first, bool last) {
     case queue::WqeOp::kRead: return kRcReadRequest;
     case queue::WqeOp::kCmpSwap: return kRcCompareSwap;
     case queue::WqeOp::kFetchAdd: return kRcFetchAdd;
+    case queue::WqeOp::kAtomicWrite: return kRcAtomicWrite;
     default: return 0xFF;
   }
 }
@@ -54,11 +57,11 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   bool op_ok = false;
   switch (type_) {
     case QpType::kRc:
-      op_ok = w.op <= queue::WqeOp::kBindMw;
+      op_ok = w.op <= queue::WqeOp::kAtomicWrite;
       break;
     case QpType::kUc:
-      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm || is_write(w.op) ||
-              is_local(w.op);
+      op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm ||
+              (is_write(w.op) && w.op != queue::WqeOp::kAtomicWrite) || is_local(w.op);
       break;
     case QpType::kUd:
       op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm;
@@ -76,7 +79,9 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     return queue::wc::kSuccess;
   }
   uint64_t total = 0;
-  if (w.flags & queue::kWqeInline) {
+  if (w.op == queue::WqeOp::kAtomicWrite) {
+    total = 8;  // its data is in the WQE (compare_add), never in SGEs
+  } else if (w.flags & queue::kWqeInline) {
     if (is_read(w.op) || is_atomic(w.op)) return queue::wc::kLocQpOpErr;
     if (w.inline_len > caps_.max_inline) return queue::wc::kLocLenErr;
     std::memcpy(&send_inline_[size_t{slot} * caps_.max_inline], src + sizeof(queue::SendWqe), w.inline_len);
@@ -89,7 +94,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   }
   if (total > kMaxMessage) return queue::wc::kLocLenErr;
   // Atomics operate on exactly 8 naturally aligned bytes (IBA 9.4.5).
-  if (is_atomic(w.op) && total != 8) return queue::wc::kLocLenErr;
+  if ((is_atomic(w.op) || w.op == queue::WqeOp::kAtomicWrite) && total != 8) return queue::wc::kLocLenErr;
   const uint32_t mtu = mtu_bytes(attr_.path_mtu);
   ctx.total_len = static_cast<uint32_t>(total);
   ctx.npkts = is_atomic(w.op) || total == 0 ? 1 : static_cast<uint32_t>((total + mtu - 1) / mtu);
@@ -234,7 +239,9 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   if (info.immdt) std::memcpy(bth + info.immdt, &ctx.wqe.imm_data, 4);  // already big-endian
   if (info.ieth) wire::store_be32(bth + info.ieth, ctx.wqe.rkey);
   uint8_t* payload = bth + info.payload;
-  if (len != 0) {
+  if (op == queue::WqeOp::kAtomicWrite) {
+    std::memcpy(payload, &ctx.wqe.compare_add, 8);
+  } else if (len != 0) {
     bool prot_err = false;
     const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
     Gather(ctx, slot, offset, len, payload, &prot_err);

@@ -1,6 +1,7 @@
 // Responder for SEND and RDMA WRITE: PSN checks, receive WQE consumption,
 // placement and ACKs (IBA 9.7.5.1) for RC, and the unreliable variants for UC
 // and UD (IBA 9.8, 9.9). READ and atomics are in responder_rd.cc.
+#include <atomic>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -122,11 +123,18 @@ bool Qp::StartWrite(const wire::Reth& reth) {
   return true;
 }
 
-bool Qp::PlaceWrite(const uint8_t* src, uint32_t len) {
+bool Qp::PlaceWrite(const uint8_t* src, uint32_t len, bool atomic) {
   if (len == 0) return true;
   mem::Place place;
-  if (env_->Mrs().Check(write_rkey_, pd_, write_va_, len, mem::kRemoteWrite, &place) != mem::AccessError::kOk ||
-      !mem::WriteTo(place, src, len)) {
+  if (env_->Mrs().Check(write_rkey_, pd_, write_va_, len, mem::kRemoteWrite, &place) != mem::AccessError::kOk) {
+    return false;
+  }
+  if (atomic && place.pid == 0 && reinterpret_cast<uintptr_t>(place.host) % 8 == 0) {
+    // One 8-byte store that no reader sees half done (ATOMIC WRITE).
+    uint64_t v;
+    std::memcpy(&v, src, 8);
+    std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(place.host)).store(v, std::memory_order_release);
+  } else if (!mem::WriteTo(place, src, len)) {
     return false;
   }
   write_va_ += len;
@@ -265,6 +273,16 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
       return;
     }
   } else {
+    const bool atomic_write = mask & wire::kMaskAtomicWrite;
+    if (atomic_write) {
+      // IBA 1.5 ATOMIC WRITE: exactly 8 naturally aligned bytes (as atomics,
+      // 9.4.5), needing remote write rights like any WRITE.
+      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
+      if (reth.dma_len != 8 || reth.va % 8 != 0 || pkt.payload_len != 8) {
+        ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+        return;
+      }
+    }
     if (first && !StartWrite(wire::read_reth(pkt.ext(pkt.info->reth)))) {
       ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
       return;
@@ -277,7 +295,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     // The region may have been deregistered, or the window invalidated or
     // unbound, since the FIRST packet: that is an invalid R_Key now (class C,
     // NAK remote access error), and not a byte of this packet is placed.
-    if (!PlaceWrite(pkt.payload, pkt.payload_len)) {
+    if (!PlaceWrite(pkt.payload, pkt.payload_len, atomic_write)) {
       ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
       return;
     }

@@ -59,6 +59,7 @@ constexpr Entry kEntries[] = {
     {kRcFetchAdd, "RC_FETCH_ADD", kMaskAtomic | kMaskRequest | kMaskOnly | kMaskAtomicEth},
     {kRcSendLastInv, "RC_SEND_LAST_WITH_INVALIDATE", kSendReq | kMaskLast | kMaskIeth},
     {kRcSendOnlyInv, "RC_SEND_ONLY_WITH_INVALIDATE", kSendReq | kMaskOnly | kMaskIeth},
+    {kRcAtomicWrite, "RC_ATOMIC_WRITE", kWriteReq | kMaskOnly | kMaskReth | kMaskAtomicWrite},
     {kUcSendFirst, "UC_SEND_FIRST", kSendReq | kMaskFirst},
     {kUcSendMiddle, "UC_SEND_MIDDLE", kSendReq | kMaskMiddle},
     {kUcSendLast, "UC_SEND_LAST", kSendReq | kMaskLast},
@@ -92,6 +93,7 @@ constexpr std::array<OpcodeInfo, 256> kTable = build_table();
 static_assert(kTable[kRcWriteOnlyImm].reth == 12 && kTable[kRcWriteOnlyImm].immdt == 28);
 static_assert(kTable[kRcAtomicAck].aeth == 12 && kTable[kRcAtomicAck].atomic_ack_eth == 16);
 static_assert(kTable[kUdSendOnlyImm].deth == 12 && kTable[kUdSendOnlyImm].length == 24);
+static_assert(kTable[kRcAtomicWrite].reth == 12 && kTable[kRcAtomicWrite].payload == 28);
 
 }  // namespace
 

@@ -42,6 +42,9 @@ enum Opcode : uint8_t {
   kRcFetchAdd = 0x14,
   kRcSendLastInv = 0x16,
   kRcSendOnlyInv = 0x17,
+  // IBA 1.5 (Linux rxe has it): an 8-byte WRITE placed atomically, RETH +
+  // 8 bytes of payload, answered by an ACK.
+  kRcAtomicWrite = 0x1D,
   kUcSendFirst = 0x20,
   kUcSendMiddle = 0x21,
   kUcSendLast = 0x22,
@@ -80,6 +83,7 @@ enum OpcodeMask : uint32_t {
   kMaskRequest = 1u << 16,   // requester → responder
   kMaskResponse = 1u << 17,  // responder → requester (ACKs, read responses)
   kMaskCnp = 1u << 18,
+  kMaskAtomicWrite = 1u << 19,  // with kMaskWrite: the 8 bytes are stored atomically
   kMaskOnly = kMaskFirst | kMaskLast,
 };
 

@@ -215,14 +215,78 @@ TEST_F(Loopback, ExtendedQpPostsThroughWrApi) {
   // An operation droce does not implement fails the whole batch.
   ibv_wr_start(x);
   x->wr_id = 43;
-  const uint64_t value = 1;
-  ibv_wr_atomic_write(x, 1, 0, &value);
+  char hdr[64] = {};
+  ibv_wr_send_tso(x, hdr, sizeof(hdr), 1000);
   EXPECT_EQ(ibv_wr_complete(x), EOPNOTSUPP);
   // Asking for an operation droce does not implement refuses the QP.
-  ax.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE;
+  ax.send_ops_flags = IBV_QP_EX_WITH_TSO;
   errno = 0;
   EXPECT_EQ(ibv_create_qp_ex(ctx_, &ax), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
+}
+
+// IBA 1.5 ATOMIC WRITE, as Linux rxe has it: through ibv_wr_atomic_write and
+// through ibv_post_send with IBV_WR_ATOMIC_WRITE (one 8-byte SGE), completing
+// with IBV_WC_ATOMIC_WRITE; other lengths are refused at post time.
+TEST_F(Loopback, AtomicWriteThroughBothApis) {
+  uint8_t* region = buf_.data() + 512 * 1024;
+  ibv_mr* remote = ibv_reg_mr(pd_, region, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  ASSERT_NE(remote, nullptr);
+  ibv_qp_init_attr_ex ax{};
+  ax.send_cq = ax.recv_cq = scq_;
+  ax.cap.max_send_wr = ax.cap.max_recv_wr = 16;
+  ax.cap.max_send_sge = ax.cap.max_recv_sge = 1;
+  ax.qp_type = IBV_QPT_RC;
+  ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ax.pd = pd_;
+  ax.send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_RDMA_WRITE;
+  ibv_qp* a = ibv_create_qp_ex(ctx_, &ax);
+  ASSERT_NE(a, nullptr);
+  qps_.push_back(a);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  Connect(a, b);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
+  ibv_qp_ex* x = ibv_qp_to_qp_ex(a);
+  const uint64_t v1 = 0x1122334455667788ull;
+  ibv_wr_start(x);
+  x->wr_id = 1;
+  x->wr_flags = IBV_SEND_SIGNALED;
+  ibv_wr_atomic_write(x, remote->rkey, reinterpret_cast<uint64_t>(region + 8), &v1);
+  ASSERT_EQ(ibv_wr_complete(x), 0);
+  auto c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(c[0].opcode, IBV_WC_ATOMIC_WRITE);
+  uint64_t got = 0;
+  std::memcpy(&got, region + 8, 8);
+  EXPECT_EQ(got, v1);
+
+  const uint64_t v2 = 0xfeedfacecafebeefull;
+  std::memcpy(buf_.data() + 64, &v2, 8);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + 64), 8, mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 2;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_ATOMIC_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(region + 16);
+  wr.wr.rdma.rkey = remote->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(c[0].opcode, IBV_WC_ATOMIC_WRITE);
+  std::memcpy(&got, region + 16, 8);
+  EXPECT_EQ(got, v2);
+  sge.length = 4;  // an ATOMIC WRITE is 8 bytes
+  EXPECT_EQ(ibv_post_send(a, &wr, &bad), EINVAL);
+  EXPECT_EQ(bad, &wr);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
+  qps_.clear();
+  EXPECT_EQ(ibv_dereg_mr(remote), 0);
 }
 
 TEST_F(Loopback, RdmaWriteReadAndAtomics) {
