@@ -388,7 +388,7 @@ TEST(Builder, EveryOpcodeRoundTrips) {
   auto r32 = [&] { return static_cast<uint32_t>(rng()); };
   auto r64 = [&] { return (uint64_t{r32()} << 32) | r32(); };
   const auto ops = KnownOpcodes();
-  EXPECT_EQ(ops.size(), 38u);
+  EXPECT_EQ(ops.size(), 39u);
   for (uint8_t op : ops) {
     const wire::OpcodeInfo& info = wire::opcode_info(op);
     for (int variant = 0; variant < 8; ++variant) {
