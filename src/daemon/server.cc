@@ -835,8 +835,10 @@ class Server::AdminHost final : public admin::Host {
         return absl::PermissionDeniedError(absl::StrCat("client ", pid, " is another user's (uid ", c->uid, ")"));
       }
       // Its thread sees the connection end and tears it down as if the
-      // process had gone; the process gets IBV_EVENT_DEVICE_FATAL.
-      shutdown(c->sock, SHUT_RDWR);
+      // process had gone; the process gets IBV_EVENT_DEVICE_FATAL. Under
+      // objs_mu the socket is still this client's (Release takes it too).
+      std::lock_guard<std::mutex> l(c->objs_mu);
+      if (c->sock >= 0) shutdown(c->sock, SHUT_RDWR);
       found = true;
     }
     if (!found) return absl::NotFoundError(absl::StrCat("no client with pid ", pid));
@@ -1088,8 +1090,12 @@ void Server::Serve(std::shared_ptr<Client> c) {
     stats_.clients_live.fetch_sub(1, std::memory_order_relaxed);
   }
   // Nothing of the engine refers to the client any more: its fds and shared
-  // memory go now, not when its thread is reaped.
-  c->Release();
+  // memory go now, not when its thread is reaped (under objs_mu: `client
+  // kill` may be about to shut the socket down).
+  {
+    std::lock_guard<std::mutex> l(c->objs_mu);
+    c->Release();
+  }
   c->done.store(true, std::memory_order_release);
 }
 

@@ -141,6 +141,31 @@ echo "after: device sent_pkts +$(( s1 - s0 )), rcvd_pkts +$(( r1 - r0 )) for $pk
 scrape | grep -q '^droced_clients_live 0$' || die "droced_clients_live is not 0 after the run"
 ctl -j client show | py "assert j == [], j" || die "clients left after the run"
 
+# --- client kill: the daemon detaches a client and tears its objects down ------
+timeout 30 "$launcher" exec --daemon "$dir/d0.sock" -- "$rc_pingpong" -g 0 -p 18623 </dev/null >"$dir/victim.log" 2>&1 &
+pids+=($!)
+vpid=""
+for _ in $(seq 1 100); do
+  vpid=$(ctl -j client show | py "print(j[0]['pid'] if j and j[0]['qp'] == 1 else '')" 2>/dev/null)
+  [ -n "$vpid" ] && break
+  sleep 0.05
+done
+[ -n "$vpid" ] || die "the ibv_rc_pingpong client did not appear"
+td0=$(ctl -j stat show | py "print([e for e in j if e['ifname'] == 'host'][0]['teardowns'])")
+ctl client kill "$vpid" || die "client kill $vpid failed"
+for _ in $(seq 1 100); do
+  [ "$(ctl -j client show | py "print(len(j))")" = 0 ] && break
+  sleep 0.05
+done
+ctl -j client show | py "assert j == [], j" || die "client $vpid still listed after client kill"
+ctl -j res show | py "assert j[0]['qp'] == 0, j" || die "client $vpid's QP left after client kill"
+ctl -j stat show | py "assert [e for e in j if e['ifname'] == 'host'][0]['teardowns'] == $td0 + 1, j" ||
+  die "client kill did not tear the client down once"
+err=$(ctl client kill 999999 2>&1); [ $? -eq 1 ] && [[ $err == *"no client with pid 999999"* ]] ||
+  die "client kill of no client: '$err'"
+kill_group "${pids[-1]}"
+pids=()
+
 # --- bad arguments -------------------------------------------------------------
 for args in "res show bogus" "dev show droce9" "stat show qp x" "client kill" "frob" "--pid 0 dev" "dev list extra"; do
   # shellcheck disable=SC2086
