@@ -26,6 +26,21 @@ unsigned empty_polls_before_yield() {
   return n;
 }
 
+// DROCE_LATENCY: each send WQE carries the low 32 bits of CLOCK_MONOTONIC
+// at post time in its reserved word (0: not stamped); the engine records
+// post to completion (lab/histogram.h). Off: no clock read.
+uint32_t post_stamp() {
+  static const bool on = [] {
+    auto cfg = engine::ConfigFromEnv(0);
+    return cfg.ok() && cfg->latency;
+  }();
+  if (!on) return 0;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint32_t t = static_cast<uint32_t>(uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec));
+  return t != 0 ? t : 1;
+}
+
 // Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)).
 bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
   switch (op) {
@@ -158,6 +173,7 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   w.op = op;
   w.flags = map_send_flags(wr->send_flags);
   w.imm_data = wr->imm_data;
+  w.reserved = post_stamp();
   switch (op) {
     case queue::WqeOp::kSendInv:
     case queue::WqeOp::kLocalInv:
@@ -374,6 +390,7 @@ void wr_begin(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t imm) {
   w.op = op;
   w.flags = map_send_flags(qpx->wr_flags);
   w.imm_data = imm;
+  w.reserved = post_stamp();
   std::memcpy(q->wr_cur, &w, sizeof(w));
   ++q->sq_prod;
 }

@@ -280,6 +280,25 @@ Json Stats(Host& host, const Filter& f, bool qps) {
       out.push_back(std::move(j));
     });
   });
+  // Post-to-completion latency percentiles (µs), for QPs that measure them.
+  if (qps) {
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+      absl::flat_hash_map<uint32_t, Json> lat;
+      d.PeekQpLatency([&](uint32_t qpn, int cls, const lab::LatencyHistogram& h) {
+        if (h.count() == 0) return;
+        Json l;
+        l["count"] = h.count();
+        l["mean_us"] = h.mean() / 1e3;
+        for (double p : {50.0, 90.0, 99.0, 99.9, 99.99}) l[absl::StrCat("p", p, "_us")] = h.Percentile(p) / 1e3;
+        l["max_us"] = static_cast<double>(h.max()) / 1e3;
+        lat[qpn][transport::Qp::latency_class_name(cls)] = std::move(l);
+      });
+      for (Json& row : out) {
+        if (row["ifindex"].get<size_t>() != i) continue;
+        if (auto it = lat.find(row["lqpn"].get<uint32_t>()); it != lat.end()) row["latency"] = it->second;
+      }
+    });
+  }
   // Sorted by QPN within a device, as `res show qp` lists them.
   if (qps) {
     std::stable_sort(out.begin(), out.end(), [](const Json& a, const Json& b) {

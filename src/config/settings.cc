@@ -160,6 +160,7 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     case Setting::kStats: return Assign(ParseStats(v), &g.stats);
     case Setting::kTelemetry: return Assign(ParseStats(v), &g.telemetry);
     case Setting::kCtl: return Assign(ParseStats(v), &g.ctl);
+    case Setting::kLatency: return Assign(ParseStats(v), &g.latency);
   }
   return absl::InternalError("unknown setting");
 }

@@ -58,6 +58,10 @@ struct GlobalSettings {
   bool telemetry = false;
   // DROCE_CTL=1: an embedded process answers `droce ctl --pid` (src/admin/).
   bool ctl = false;
+  // DROCE_LATENCY=1: post-to-completion latency histograms per QP and
+  // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
+  // records it at completion.
+  bool latency = false;
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -101,8 +105,9 @@ enum class Setting : uint8_t {
   kStats,
   kTelemetry,
   kCtl,
+  kLatency,
 };
-inline constexpr size_t kNumSettings = 16;
+inline constexpr size_t kNumSettings = 17;
 
 struct SettingInfo {
   Setting setting;
@@ -130,6 +135,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kStats, "DROCE_STATS", nullptr, false},
     {Setting::kTelemetry, "DROCE_TELEMETRY", "telemetry", false},
     {Setting::kCtl, "DROCE_CTL", nullptr, false},
+    {Setting::kLatency, "DROCE_LATENCY", "latency", false},
 }};
 
 // kSettings is indexed by Setting.

@@ -141,6 +141,7 @@ absl::Status Device::Setup(const Config& cfg) {
   port_.name = absl::StrCat("droce", cfg.index);
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
+  measure_latency_ = cfg.latency;
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
   port_.link_mtu = dpdk_.link_mtu();
@@ -528,6 +529,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.recv_cq = rcq->second.producer.get();
     init.srq = srq != nullptr ? srq->srq.get() : nullptr;
     init.port = TransportPort();
+    init.measure_latency = measure_latency_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
     entry->owner = owner;
     ++owner->qps;
@@ -599,9 +601,35 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
     if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
     ReleasePd(e->pd);
     if (auto q = srqs_.find(e->srq); q != srqs_.end()) --q->second.users;
+    if (measure_latency_) PrintLatency(port_.name, qpn, *e->qp);
     qps_.erase(it);
   });
   return s;
+}
+
+void Device::PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp) {
+  for (int c = 0; c < transport::Qp::kNumLatClasses; ++c) {
+    const lab::LatencyHistogram* h = qp.latency(c);
+    if (h == nullptr || h->count() == 0) continue;
+    std::fprintf(stderr,
+                 "droce: %s QP %u %s latency, post to completion (us): n %llu mean %.2f p50 %.2f p90 %.2f p99 %.2f "
+                 "p99.9 %.2f p99.99 %.2f max %.2f\n",
+                 dev.c_str(), qpn, transport::Qp::latency_class_name(c), static_cast<unsigned long long>(h->count()),
+                 h->mean() / 1e3, h->Percentile(50) / 1e3, h->Percentile(90) / 1e3, h->Percentile(99) / 1e3,
+                 h->Percentile(99.9) / 1e3, h->Percentile(99.99) / 1e3, static_cast<double>(h->max()) / 1e3);
+  }
+}
+
+void Device::PeekQpLatency(
+    const std::function<void(uint32_t qpn, int cls, const lab::LatencyHistogram&)>& f) {
+  // Under the control lock (the QP cannot go meanwhile); the histograms are
+  // read while the workers count into them (Peek).
+  std::lock_guard<std::mutex> l(ctl_mu_);
+  for (const auto& [qpn, e] : qps_) {
+    for (int c = 0; c < transport::Qp::kNumLatClasses; ++c) {
+      if (const lab::LatencyHistogram* h = e->qp->latency(c); h != nullptr) f(qpn, c, *h);
+    }
+  }
 }
 
 int Device::AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {

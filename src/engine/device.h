@@ -214,6 +214,10 @@ class Device final : public Session {
   // workers run: a snapshot copied under the control lock (no QP is created
   // or destroyed meanwhile), then handed to `f` after the lock is released.
   void PeekQpCounters(const std::function<void(uint32_t qpn, uint64_t owner, const QpCounters&)>& f);
+  // Every QP's latency histograms (DROCE_LATENCY), by class
+  // (transport::Qp::LatencyClass), read while the workers run; `f` runs
+  // under the control lock, so it should only summarise.
+  void PeekQpLatency(const std::function<void(uint32_t qpn, int cls, const lab::LatencyHistogram&)>& f);
   // `rdma res show`: the device's objects as they are, taken as a control
   // call (workers stopped for the copy).
   struct QpRes {
@@ -409,6 +413,8 @@ class Device final : public Session {
   std::atomic<uint64_t> last_app_drive_ns_{0};
   std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls that found their CQ empty (kBusyPolls)
   bool app_progress_ = true;
+  bool measure_latency_ = false;  // DROCE_LATENCY: QPs record post-to-completion latencies
+  static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);
 
   // The device's tables: changed only by the control path (every worker
   // stopped), read by the workers' turns.

@@ -31,11 +31,32 @@ uint8_t wc_opcode(queue::WqeOp op) {
 
 // Retires the head WQE with `status`; false if its completion could not be
 // entered (the QP is then in error).
+// The provider stamped the WQE with the low 32 bits of CLOCK_MONOTONIC at
+// post time (DROCE_LATENCY; 0: not stamped): post to completion, to 4 s.
+void Qp::RecordLatency(const SendCtx& ctx) {
+  const uint32_t posted = ctx.wqe.reserved;
+  if (posted == 0) return;
+  const uint32_t ns = static_cast<uint32_t>(env_->NowNs()) - posted;
+  const queue::WqeOp op = ctx.wqe.op;
+  const int c = op == queue::WqeOp::kRead                                       ? kLatRead
+                : op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd ? kLatAtomic
+                : op == queue::WqeOp::kWrite || op == queue::WqeOp::kWriteImm ||
+                        op == queue::WqeOp::kAtomicWrite
+                    ? kLatWrite
+                    : kLatSend;
+  if (latency_[c] == nullptr) {
+    latency_[c] = std::make_unique<lab::LatencyHistogram>();
+    latency_pub_[c].store(latency_[c].get(), std::memory_order_release);
+  }
+  latency_[c]->Record(ns);
+}
+
 bool Qp::CompleteWqe(SendCtx& ctx, uint8_t status) {
   if (ctx.rd_counted) {
     ctx.rd_counted = false;
     --rd_atomic_inflight_;
   }
+  if (measure_latency_ && status == queue::wc::kSuccess) RecordLatency(ctx);
   if (status != queue::wc::kSuccess || sq_sig_all_ || (ctx.wqe.flags & queue::kWqeSignaled)) {
     queue::Cqe c{};
     c.wr_id = ctx.wqe.wr_id;

@@ -48,6 +48,7 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
       port_(init.port),
       env_(env),
       state_word_(init.state_word) {
+  measure_latency_ = init.measure_latency;
   send_ctx_.resize(sq_.size());
   send_sge_.resize(size_t{sq_.size()} * caps_.max_send_sge);
   send_inline_.resize(size_t{sq_.size()} * caps_.max_inline);

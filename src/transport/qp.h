@@ -7,12 +7,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "common/counters.h"
 #include "common/spin_lock.h"
+#include "lab/histogram.h"
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
@@ -183,6 +185,8 @@ struct QpInit {
   // Where the QP publishes its state (enum ibv_qp_state) for the provider,
   // which decides from it whether work may be posted; nullptr: nowhere.
   std::atomic<uint32_t>* state_word = nullptr;
+  // Record post-to-completion latencies of WQEs the provider stamped.
+  bool measure_latency = false;
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -229,6 +233,16 @@ class Qp {
   void OnRecvDoorbell();
   // This QP's counters (common/counters.h): on the worker, or with Peek.
   const QpCounters& counters() const { return counters_; }
+  // Post-to-completion latencies (DROCE_LATENCY): by the kind of WQE;
+  // nullptr until one of that kind completed.
+  enum LatencyClass { kLatSend, kLatWrite, kLatRead, kLatAtomic, kNumLatClasses };
+  static const char* latency_class_name(int c) {
+    static constexpr const char* kNames[] = {"send", "write", "read", "atomic"};
+    return kNames[c];
+  }
+  // Safe from another thread while the worker records (the histogram is
+  // published once, then only counted into).
+  const lab::LatencyHistogram* latency(int c) const { return latency_pub_[c].load(std::memory_order_acquire); }
   // The next PSN the requester sends and the one the responder expects
   // (`rdma res show qp`'s sq-psn and rq-psn); read on the worker.
   uint32_t next_psn() const { return next_psn_; }
@@ -375,6 +389,10 @@ class Qp {
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
   QpCounters counters_;
+  bool measure_latency_ = false;
+  std::unique_ptr<lab::LatencyHistogram> latency_[kNumLatClasses];
+  std::atomic<const lab::LatencyHistogram*> latency_pub_[kNumLatClasses] = {};
+  void RecordLatency(const SendCtx& ctx);
   bool sqd_notify_ = false;
   bool comm_est_raised_ = false;
 

@@ -164,6 +164,16 @@ TEST_F(AdminCtl, ResourcesAndCountersMatchTheVerbsObjects) {
     ASSERT_EQ(st.size(), 1u) << st;
     for (const auto& [name, v] : Exact(qp)) EXPECT_EQ(st[0][name], v) << name << " of QP " << qp->qp_num;
   }
+  // DROCE_LATENCY=1 (this test's environment): the sender's 20 SENDs, post
+  // to completion.
+  const Json sa = Ask({{"cmd", "stat"}, {"qpn", a->qp_num}});
+  ASSERT_TRUE(sa[0].contains("latency")) << sa;
+  const Json& lat = sa[0]["latency"]["send"];
+  EXPECT_EQ(lat["count"], 20);
+  EXPECT_GT(lat["p50_us"].get<double>(), 0);
+  EXPECT_LE(lat["p50_us"].get<double>(), lat["p99.99_us"].get<double>());
+  EXPECT_LE(lat["p99.99_us"].get<double>(), lat["max_us"].get<double>() + 1e-9);
+  EXPECT_FALSE(Ask({{"cmd", "stat"}, {"qpn", b->qp_num}})[0].contains("latency"));  // it sent nothing
   const auto ea = Exact(a);
   EXPECT_GE(ea.at("sent_pkts"), 20u * 3);  // 3000 B at MTU 1024: 3 packets each
   // The device view is at least the sum of its QPs.
