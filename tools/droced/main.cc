@@ -205,6 +205,11 @@ int main(int argc, char** argv) {
   // listens: clients may come.
   sd_notify(0, absl::StrCat("READY=1\nSTATUS=", status).c_str());
   server.Run();
+  // What DROCE_FAULT's rules did (docs/LAB.md), as a program's DROCE_STATS
+  // report gives it at close.
+  for (droce::engine::Device* d : devices) {
+    for (const std::string& line : d->FaultReport()) Say(droce::LogLevel::kInfo, absl::StrCat(d->port().name, " ", line));
+  }
   Say(droce::LogLevel::kInfo, absl::StrCat("stopped (", server.StatusLine(), ")"));
   g_server = nullptr;
   // The engine's threads live until exit; leave without running their
