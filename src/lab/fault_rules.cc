@@ -177,7 +177,10 @@ class RuleParser {
 
   absl::Status ProbabilityAndCorrelation(const std::string& what, double* p, double* corr) {
     if (absl::Status s = Percent(what, Next(), p); !s.ok()) return s;
-    if (NextIsNumber()) return Percent(what + " correlation", Next(), corr);
+    if (!NextIsNumber()) return absl::OkStatus();
+    if (absl::Status s = Percent(what + " correlation", Next(), corr); !s.ok()) return s;
+    // netem's correlated uniform never moves at 100 %: refuse it, as for delay.
+    if (*corr >= 1) return Error(absl::StrCat(what, " correlation: below 100%"));
     return absl::OkStatus();
   }
 

@@ -26,18 +26,21 @@ class HoldQueue {
     if (entries_.size() >= capacity_) return false;
     entries_.push_back({due_ns, seq_++, after_packets, item});
     next_due_ = std::min(next_due_, due_ns);
+    counting_ += after_packets != 0;
     return true;
   }
 
-  // n packets went by (sent or delivered) in this direction.
+  // n packets went by (sent or delivered) in this direction. Costs nothing
+  // while no entry waits for packets (only delayed ones are held).
   void Passed(uint32_t n) {
-    if (n == 0) return;
+    if (n == 0 || counting_ == 0) return;
     for (Entry& e : entries_) {
       if (e.after == 0) continue;
       e.after = e.after > n ? e.after - n : 0;
       if (e.after == 0) {
         e.due = 0;
         next_due_ = 0;
+        --counting_;
       }
     }
   }
@@ -50,7 +53,10 @@ class HoldQueue {
               [](const Entry& a, const Entry& b) { return a.due != b.due ? a.due < b.due : a.seq < b.seq; });
     size_t n = 0;
     while (n < entries_.size() && entries_[n].due <= now_ns) ++n;
-    for (size_t i = 0; i < n; ++i) f(entries_[i].item);
+    for (size_t i = 0; i < n; ++i) {
+      counting_ -= entries_[i].after != 0;  // released by its time before its packets came
+      f(entries_[i].item);
+    }
     entries_.erase(entries_.begin(), entries_.begin() + static_cast<std::ptrdiff_t>(n));
     next_due_ = entries_.empty() ? UINT64_MAX : entries_.front().due;
   }
@@ -60,6 +66,7 @@ class HoldQueue {
   void Drain(F&& f) {
     for (Entry& e : entries_) f(e.item);
     entries_.clear();
+    counting_ = 0;
     next_due_ = UINT64_MAX;
   }
 
@@ -74,6 +81,7 @@ class HoldQueue {
   std::vector<Entry> entries_;
   uint64_t seq_ = 0;
   uint64_t next_due_ = UINT64_MAX;
+  size_t counting_ = 0;  // entries with after != 0
 };
 
 }  // namespace droce::lab

@@ -337,6 +337,7 @@ TEST(LabParse, BadRulesAreRefusedNamingTheWord) {
             "rule 1 'loss state 60% 10% 10% 10% 50%': loss state: p13 + p14 is more than 100%");
   EXPECT_EQ(Refusal("loss 1% count 3"), "rule 1 'loss 1% count 3': 'count' belongs to 'drop' (drop psn X qp Y count N)");
   EXPECT_EQ(Refusal(" ; "), "' ; ' has no rule");
+  EXPECT_EQ(Refusal("duplicate 1% 100%"), "rule 1 'duplicate 1% 100%': duplicate correlation: below 100%");
 }
 
 TEST(LabHoldQueue, ReleasesByTimeOrAfterLaterPackets) {
@@ -360,6 +361,15 @@ TEST(LabHoldQueue, ReleasesByTimeOrAfterLaterPackets) {
   EXPECT_EQ(out, (std::vector<int>{2, 4, 3}));
   q.Release(400, take);
   EXPECT_EQ(out, (std::vector<int>{2, 4, 3, 1}));
+  EXPECT_TRUE(q.empty());
+  // A reordered entry whose packets never come leaves at its time limit.
+  EXPECT_TRUE(q.Push(6, 500, 3));
+  q.Passed(1);
+  q.Release(499, take);
+  EXPECT_EQ(out.size(), 4u);
+  q.Release(500, take);
+  EXPECT_EQ(out.back(), 6);
+  q.Passed(5);  // nothing left to count
   EXPECT_TRUE(q.empty());
 }
 
