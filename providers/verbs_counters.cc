@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "droce/droce.h"
 #include "engine/config.h"
@@ -45,6 +46,10 @@ void print_device_counters(ibv_context* context) {
       std::fprintf(stderr, "droce:   %-22s %12llu  %s\n", info.name, static_cast<unsigned long long>(n),
                    info.description);
     }
+  }
+  // DROCE_FAULT's rules (docs/LAB.md), each with what it did.
+  for (const std::string& line : to_ctx(context)->s->engine->FaultReport()) {
+    std::fprintf(stderr, "droce: %s %s\n", context->device->name, line.c_str());
   }
 }
 

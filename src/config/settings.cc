@@ -160,6 +160,12 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     case Setting::kStats: return Assign(ParseStats(v), &g.stats);
     case Setting::kTelemetry: return Assign(ParseStats(v), &g.telemetry);
     case Setting::kCtl: return Assign(ParseStats(v), &g.ctl);
+    case Setting::kFault: {
+      absl::StatusOr<std::vector<lab::FaultRule>> rules = ParseFault(v);
+      if (!rules.ok()) return rules.status();
+      g.fault = *std::move(rules);
+      return absl::OkStatus();
+    }
     case Setting::kLatency: return Assign(ParseStats(v), &g.latency);
   }
   return absl::InternalError("unknown setting");
@@ -342,5 +348,7 @@ absl::StatusOr<bool> ParseStats(const std::string& s) {
   if (s == "1") return true;
   return Invalid(absl::StrCat("invalid value '", s, "' (0 or 1)"));
 }
+
+absl::StatusOr<std::vector<lab::FaultRule>> ParseFault(const std::string& s) { return lab::ParseFaultRules(s); }
 
 }  // namespace droce::config

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/log.h"
+#include "lab/fault_rules.h"
 #include "wire/frame.h"
 
 namespace droce::config {
@@ -58,6 +59,10 @@ struct GlobalSettings {
   bool telemetry = false;
   // DROCE_CTL=1: an embedded process answers `droce ctl --pid` (src/admin/).
   bool ctl = false;
+  // DROCE_FAULT: fault rules applied to every device's frames just before
+  // rte_eth_tx_burst and just after rte_eth_rx_burst (src/lab/, docs/LAB.md);
+  // empty: none, and the stage costs one branch.
+  std::vector<lab::FaultRule> fault;
   // DROCE_LATENCY=1: post-to-completion latency histograms per QP and
   // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
   // records it at completion.
@@ -105,9 +110,10 @@ enum class Setting : uint8_t {
   kStats,
   kTelemetry,
   kCtl,
+  kFault,
   kLatency,
 };
-inline constexpr size_t kNumSettings = 17;
+inline constexpr size_t kNumSettings = 18;
 
 struct SettingInfo {
   Setting setting;
@@ -135,6 +141,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kStats, "DROCE_STATS", nullptr, false},
     {Setting::kTelemetry, "DROCE_TELEMETRY", "telemetry", false},
     {Setting::kCtl, "DROCE_CTL", nullptr, false},
+    {Setting::kFault, "DROCE_FAULT", "fault", false},
     {Setting::kLatency, "DROCE_LATENCY", "latency", false},
 }};
 
@@ -209,5 +216,8 @@ absl::StatusOr<LogLevel> ParseLogLevel(const std::string& s);
 absl::StatusOr<uint32_t> ParsePollYield(const std::string& s);
 // "0" or "1".
 absl::StatusOr<bool> ParseStats(const std::string& s);
+// Fault rules, ';'-separated (lab/fault_rules.h; the one ';' list that is
+// not per device: the rules apply to every device).
+absl::StatusOr<std::vector<lab::FaultRule>> ParseFault(const std::string& s);
 
 }  // namespace droce::config

@@ -62,6 +62,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"stats", Setting::kStats, Kind::kBool},
     {"telemetry", Setting::kTelemetry, Kind::kBool},
     {"ctl", Setting::kCtl, Kind::kBool},
+    {"fault", Setting::kFault, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -189,6 +189,10 @@ absl::Status Device::Setup(const Config& cfg) {
         return absl::ResourceExhaustedError(absl::StrCat("worker inbox ", ring, ": ", rte_strerror(rte_errno)));
       }
     }
+    // The fault stage (DROCE_FAULT): only with rules, so that without them
+    // the loop's test of `fault` is all it costs. The worker index salts
+    // the rules' seeds: two workers do not draw the same dice.
+    if (!cfg.fault.empty()) w->fault = std::make_unique<FaultStage>(cfg.fault, i, dpdk_.pool(), NowNs());
     workers_.push_back(std::move(w));
   }
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
@@ -224,6 +228,7 @@ absl::Status Device::Setup(const Config& cfg) {
   if (io::EalUsesHugepages()) extra += ", hugepages";
   if (cfg.vlan != 0) absl::StrAppend(&extra, ", VLAN ", cfg.vlan);
   if (cfg.workers > 1) absl::StrAppend(&extra, ", ", cfg.workers, " workers");
+  if (!cfg.fault.empty()) absl::StrAppend(&extra, ", ", cfg.fault.size(), " fault rule", cfg.fault.size() == 1 ? "" : "s");
   if (!cfg.worker_cpus.empty()) {
     absl::StrAppend(&extra, cfg.workers > 1 ? ", workers on CPUs " : ", worker on CPU ");
     for (size_t i = 0; i < cfg.worker_cpus.size(); ++i) absl::StrAppend(&extra, i ? "," : "", cfg.worker_cpus[i]);
@@ -820,6 +825,18 @@ void Device::FailSrqQps(uint32_t srq) {
     DeliverEvents(e.get());
     Activate(e.get());
   }
+}
+
+std::vector<std::string> Device::FaultReport() {
+  std::vector<std::string> out;
+  RunOnWorker([&] {
+    std::vector<const FaultStage*> stages;
+    for (const auto& w : workers_) {
+      if (w->fault) stages.push_back(w->fault.get());
+    }
+    out = SumFaultReports(stages);
+  });
+  return out;
 }
 
 Counters Device::ReadCounters() {

@@ -33,6 +33,7 @@
 #include "common/spin_lock.h"
 #include "cq/cq.h"
 #include "engine/config.h"
+#include "engine/fault_stage.h"
 #include "engine/mcast.h"
 #include "engine/neighbor.h"
 #include "io/dpdk_port.h"
@@ -114,6 +115,10 @@ struct Worker final : transport::TransportEnv {
 
   std::vector<QpEntry*> active, timed;
   std::vector<rte_mbuf*> tx;
+  // The fault stage (DROCE_FAULT); nullptr without rules. tx[0..tx_judged)
+  // went through it already (frames the link did not take wait in tx).
+  std::unique_ptr<FaultStage> fault;
+  size_t tx_judged = 0;
   // Copies of multicast frames sent on a link that does not return them
   // (every link but the internal loopback), for LoopBackMulticast.
   std::vector<rte_mbuf*> mcast_loop;
@@ -208,6 +213,9 @@ class Device final : public Session {
   int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
   int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override;
   Counters ReadCounters() override;
+  // The fault rules' counters, summed over the workers (DROCE_STATS at
+  // close); empty without rules.
+  std::vector<std::string> FaultReport() override;
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the

@@ -113,6 +113,7 @@ void Device::EnterFatal(const char* why) {
   for (auto& w : workers_) {
     for (rte_mbuf* m : w->tx) rte_pktmbuf_free(m);
     w->tx.clear();
+    w->tx_judged = 0;
   }
   RaiseDeviceEvent(kEventDeviceFatal);
   transport::QpAttr err;

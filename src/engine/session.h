@@ -159,6 +159,9 @@ class Session {
   // destroying objects still succeeds, and a new ibv_open_device gets a new
   // session. Asked only on a QP in ERR (every QP of such a session is).
   virtual bool engine_gone() const { return false; }
+  // One line per fault rule with its counters (DROCE_FAULT; docs/LAB.md);
+  // empty without rules, or where the engine is another process's.
+  virtual std::vector<std::string> FaultReport() { return {}; }
   virtual int workers() const = 0;
   // Unaffiliated events (PORT_ACTIVE, PORT_ERR, DEVICE_FATAL) go to every
   // registered sink.

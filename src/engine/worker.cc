@@ -122,7 +122,8 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     // What the thread needs to decide whether to sleep, read while the
     // worker's state is still its own.
     turn->timer_ns = w.last_timer_ns;
-    turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld());
+    turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
+                    (w.fault != nullptr && w.fault->holding());
   }
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
@@ -212,11 +213,16 @@ bool Device::PollOnce(Worker& w) {
   rte_mbuf* rx[kRxBurst];
   // A memif client not connected yet has no started port to poll.
   uint16_t n = dead() || !dpdk_.started() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
+  busy |= n > 0;
+  // The lab's fault stage, receive side (fault_stage.h): one branch when off.
+  if (w.fault != nullptr) [[unlikely]] n = w.fault->OnRx(rx, n, NowNs());
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
     HandleFrame(w, rx[i], /*handed=*/false);
   }
-  busy |= n > 0;
+  if (w.fault != nullptr) [[unlikely]] {
+    w.fault->ReleaseRx(NowNs(), [this, &w](rte_mbuf* m) { HandleFrame(w, m, /*handed=*/false); });
+  }
   if (w.inbox != nullptr) {
     n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(w.inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
     for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
@@ -254,9 +260,9 @@ bool Device::PollOnce(Worker& w) {
     w.last_timer_ns = now;
     RunTimers(w, now);
   }
-  if (!w.tx.empty()) {
+  if (!w.tx.empty() || (w.fault != nullptr && w.fault->holding())) {
+    busy |= !w.tx.empty();  // frames only held are no work yet (Turn::pending keeps the loop awake)
     FlushTx(w);
-    busy = true;
   }
   // The workers handed frames this turn look at their inbox now.
   for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
@@ -605,6 +611,9 @@ const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh
 
 void Device::FlushTx(Worker& w) {
   if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
+  // The lab's fault stage, transmit side (fault_stage.h): the frames queued
+  // since the last flush, then the held ones now due.
+  if (w.fault != nullptr) [[unlikely]] w.fault->OnTx(&w.tx, w.tx_judged, NowNs());
   const uint16_t n = static_cast<uint16_t>(std::min<size_t>(w.tx.size(), UINT16_MAX));
   uint16_t done = 0;
   for (int tries = 0; done < n && tries < 4; ++tries) {
@@ -612,6 +621,7 @@ void Device::FlushTx(Worker& w) {
   }
   // What the link did not take stays queued, in order, for the next turn.
   w.tx.erase(w.tx.begin(), w.tx.begin() + done);
+  w.tx_judged = w.tx.size();
 }
 
 }  // namespace droce::engine

@@ -265,6 +265,7 @@ else
   expect_both_refuse log-level loud
   for v in 0 17 abc +2 ' 2' '2;2'; do expect_both_refuse workers "$v"; done
   for v in 4096 0,4096 +0 0,; do expect_both_refuse worker-cpu "$v"; done
+  for v in 'loss randum 10%' 'loss 1%; delay 5 parsecs' 'drop' 'corrupt 101%'; do expect_both_refuse fault "$v"; done
   expect_both_refuse worker-cpu '0;0;0' link "$two_links"
 
   # Accepted by both. The regression: one address per device, ';'-separated,

@@ -326,6 +326,20 @@ TEST(Settings, PollYieldAndStats) {
   }
 }
 
+// DROCE_FAULT: lab/fault_rules.h parses it (tests/unit/lab_fault_test.cc has
+// the rules); here, that it is a setting like the others.
+TEST(Settings, Fault) {
+  const auto s = Raw().Set(Setting::kFault, "loss random 10%; reorder 5% gap 3; duplicate 2%").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->global.fault.size(), 3u);
+  EXPECT_DOUBLE_EQ(s->global.fault[0].loss_p[0], 0.10);
+  EXPECT_EQ(s->global.fault[1].gap, 3u);
+  EXPECT_TRUE(Raw().Parse()->global.fault.empty());
+  ExpectRefused(Raw().Set(Setting::kFault, "loss randum 10%"), Setting::kFault,
+                "rule 1 'loss randum 10%': unknown loss model 'randum' (random, state, gemodel or a percentage)");
+  EXPECT_STREQ(Info(Setting::kFault).flag, "fault");
+}
+
 // The first bad setting in kSettings order is the one reported.
 TEST(Settings, FirstBadSettingIsReported) {
   SettingError error;

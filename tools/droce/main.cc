@@ -145,6 +145,8 @@ constexpr std::string_view kUsage =
     "        --workers N           worker threads per device, 1 to 16 (DROCE_WORKERS), default 1\n"
     "        --worker-cpu CPUS     pin the worker threads to CPUS, e.g. 2 or 2,3: worker i on\n"
     "                              the (i mod count)-th CPU of the list (DROCE_WORKER_CPU)\n"
+    "        --fault RULES         fault injection on the link, e.g. 'loss random 1%; delay 1ms'\n"
+    "                              (DROCE_FAULT, docs/LAB.md)\n"
     "        --link, --ip, --ip6, --mac, --workers and --worker-cpu take one entry per device,\n"
     "        ';'-separated (one device per --link entry; no more entries than devices)\n"
     "        (--flag=value is accepted too; DROCE_PROVIDER overrides the provider path;\n"
@@ -324,7 +326,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     // The daemon owns the links and their addresses.
     using droce::config::Setting;
     for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
-                      Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan}) {
+                      Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan, Setting::kFault}) {
       if (opt.flags[static_cast<size_t>(s)]) {
         return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
                                  " cannot be used with --daemon: droced owns the link (give it to droced)"));

@@ -51,7 +51,8 @@ constexpr std::string_view kHelp =
     "usage: droced [--config FILE] [--socket PATH] [--socket-group GROUP] [--socket-mode MODE]\n"
     "              [--metrics-address A] [--metrics-port N]\n"
     "              [--link DEVARGS] [--ip A.B.C.D/N] [--ip6 ADDR/N] [--mtu N] [--workers N]\n"
-    "              [--worker-cpu N] [--mac MAC] [--gateway A] [--vlan N] [--log-level L] ...\n"
+    "              [--worker-cpu N] [--mac MAC] [--gateway A] [--vlan N] [--log-level L]\n"
+    "              [--fault RULES] ...\n"
     "The configuration file (default /etc/droce/droced.toml, read if present) is TOML;\n"
     "flags override it. Every setting flag is a DROCE_* setting with the same syntax\n"
     "(docs/CONFIG.md); ';'-separated lists give several devices.\n"
@@ -204,6 +205,11 @@ int main(int argc, char** argv) {
   // listens: clients may come.
   sd_notify(0, absl::StrCat("READY=1\nSTATUS=", status).c_str());
   server.Run();
+  // What DROCE_FAULT's rules did (docs/LAB.md), as a program's DROCE_STATS
+  // report gives it at close.
+  for (droce::engine::Device* d : devices) {
+    for (const std::string& line : d->FaultReport()) Say(droce::LogLevel::kInfo, absl::StrCat(d->port().name, " ", line));
+  }
   Say(droce::LogLevel::kInfo, absl::StrCat("stopped (", server.StatusLine(), ")"));
   g_server = nullptr;
   // The engine's threads live until exit; leave without running their
