@@ -53,6 +53,11 @@ struct GlobalSettings {
   // Empty ibv_poll_cq calls in a row before the polling thread yields its
   // CPU, 0 = never (DROCE_POLL_YIELD).
   uint32_t poll_yield = 16;
+  // While application threads drive the engine, the worker polls the link
+  // every this many microseconds at real-time priority, for a thread that
+  // stops calling into verbs without notice (spins on memory RDMA writes
+  // into); 0 = off: the worker naps 1 ms at a time (DROCE_WATCH_US).
+  uint32_t watch_us = 20;
   bool stats = false;  // DROCE_STATS=1: counters on stderr at destroy/close
   // DROCE_TELEMETRY=1: DPDK's telemetry socket, with droce's commands.
   bool telemetry = false;
@@ -101,8 +106,9 @@ enum class Setting : uint8_t {
   kStats,
   kTelemetry,
   kCtl,
+  kWatch,
 };
-inline constexpr size_t kNumSettings = 16;
+inline constexpr size_t kNumSettings = 17;
 
 struct SettingInfo {
   Setting setting;
@@ -130,6 +136,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kStats, "DROCE_STATS", nullptr, false},
     {Setting::kTelemetry, "DROCE_TELEMETRY", "telemetry", false},
     {Setting::kCtl, "DROCE_CTL", nullptr, false},
+    {Setting::kWatch, "DROCE_WATCH_US", nullptr, false},
 }};
 
 // kSettings is indexed by Setting.
@@ -201,6 +208,9 @@ absl::StatusOr<bool> ParseProgress(const std::string& s);
 absl::StatusOr<LogLevel> ParseLogLevel(const std::string& s);
 // Empty polls before a yield: 0 (never) to 4294967295.
 absl::StatusOr<uint32_t> ParsePollYield(const std::string& s);
+// Microseconds, 0..kMaxWatchUs.
+inline constexpr uint32_t kMaxWatchUs = 1000;
+absl::StatusOr<uint32_t> ParseWatch(const std::string& s);
 // "0" or "1".
 absl::StatusOr<bool> ParseStats(const std::string& s);
 

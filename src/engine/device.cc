@@ -141,6 +141,7 @@ absl::Status Device::Setup(const Config& cfg) {
   port_.name = absl::StrCat("droce", cfg.index);
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
+  SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
   port_.link_mtu = dpdk_.link_mtu();

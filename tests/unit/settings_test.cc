@@ -73,6 +73,7 @@ TEST(Settings, DefaultsWithNothingSet) {
   EXPECT_EQ(g.vlan, 0);
   EXPECT_EQ(g.hugepages, HugepageMode::kAuto);
   EXPECT_EQ(g.poll_yield, 16u);
+  EXPECT_EQ(g.watch_us, 20u);
   EXPECT_FALSE(g.stats);
 }
 
@@ -323,6 +324,15 @@ TEST(Settings, PollYieldAndStats) {
   for (const char* bad : {"yes", "2", "01"}) {
     ExpectRefused(Raw().Set(Setting::kStats, bad), Setting::kStats,
                   std::string("invalid value '") + bad + "' (0 or 1)");
+  }
+}
+
+TEST(Settings, Watch) {
+  EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
+  EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);
+  for (const char* bad : {"abc", "-1", "5us", "1001", " 5"}) {
+    ExpectRefused(Raw().Set(Setting::kWatch, bad), Setting::kWatch,
+                  std::string("'") + bad + "' is not a poll interval in microseconds (0 to 1000)");
   }
 }
 
