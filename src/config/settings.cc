@@ -167,6 +167,7 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
       return absl::OkStatus();
     }
     case Setting::kLatency: return Assign(ParseStats(v), &g.latency);
+    case Setting::kWatch: return Assign(ParseWatch(v), &g.watch_us);
   }
   return absl::InternalError("unknown setting");
 }
@@ -339,6 +340,14 @@ absl::StatusOr<uint32_t> ParsePollYield(const std::string& s) {
   uint32_t n = 0;
   if (!ParseDigits(s, &n)) {
     return Invalid(absl::StrCat("'", s, "' is not a count of empty polls (0 to 4294967295)"));
+  }
+  return n;
+}
+
+absl::StatusOr<uint32_t> ParseWatch(const std::string& s) {
+  uint32_t n = 0;
+  if (!ParseDigits(s, &n) || n > kMaxWatchUs) {
+    return Invalid(absl::StrCat("'", s, "' is not a poll interval in microseconds (0 to ", kMaxWatchUs, ")"));
   }
   return n;
 }

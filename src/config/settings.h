@@ -54,6 +54,11 @@ struct GlobalSettings {
   // Empty ibv_poll_cq calls in a row before the polling thread yields its
   // CPU, 0 = never (DROCE_POLL_YIELD).
   uint32_t poll_yield = 16;
+  // While application threads drive the engine, the worker polls the link
+  // every this many microseconds at real-time priority, for a thread that
+  // stops calling into verbs without notice (spins on memory RDMA writes
+  // into); 0 = off: the worker naps 1 ms at a time (DROCE_WATCH_US).
+  uint32_t watch_us = 20;
   bool stats = false;  // DROCE_STATS=1: counters on stderr at destroy/close
   // DROCE_TELEMETRY=1: DPDK's telemetry socket, with droce's commands.
   bool telemetry = false;
@@ -112,8 +117,9 @@ enum class Setting : uint8_t {
   kCtl,
   kFault,
   kLatency,
+  kWatch,
 };
-inline constexpr size_t kNumSettings = 18;
+inline constexpr size_t kNumSettings = 19;
 
 struct SettingInfo {
   Setting setting;
@@ -143,6 +149,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kCtl, "DROCE_CTL", nullptr, false},
     {Setting::kFault, "DROCE_FAULT", "fault", false},
     {Setting::kLatency, "DROCE_LATENCY", "latency", false},
+    {Setting::kWatch, "DROCE_WATCH_US", nullptr, false},
 }};
 
 // kSettings is indexed by Setting.
@@ -214,6 +221,9 @@ absl::StatusOr<bool> ParseProgress(const std::string& s);
 absl::StatusOr<LogLevel> ParseLogLevel(const std::string& s);
 // Empty polls before a yield: 0 (never) to 4294967295.
 absl::StatusOr<uint32_t> ParsePollYield(const std::string& s);
+// Microseconds, 0..kMaxWatchUs.
+inline constexpr uint32_t kMaxWatchUs = 1000;
+absl::StatusOr<uint32_t> ParseWatch(const std::string& s);
 // "0" or "1".
 absl::StatusOr<bool> ParseStats(const std::string& s);
 // Fault rules, ';'-separated (lab/fault_rules.h; the one ';' list that is

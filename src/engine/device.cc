@@ -142,6 +142,7 @@ absl::Status Device::Setup(const Config& cfg) {
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
   measure_latency_ = cfg.latency;
+  SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
   port_.link_mtu = dpdk_.link_mtu();

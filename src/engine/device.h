@@ -128,6 +128,7 @@ struct Worker final : transport::TransportEnv {
   std::vector<rte_mbuf*> self_loop, self_scratch;
   Counters stats;
   uint64_t last_timer_ns = 0;
+  uint64_t last_poll_ns = 0;  // the clock reading of the last turn
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
   uint32_t qps = 0;              // QPs owned (guarded by the control path)
   // Work found during a turn that touches other workers' QPs (an SRQ error,
@@ -338,6 +339,7 @@ class Device final : public Session {
   // What a driver learns from a turn, for after it released the lock.
   struct Turn {
     uint64_t timer_ns = 0;  // the worker's last timer tick
+    uint64_t now_ns = 0;    // the turn's clock reading
     bool pending = false;   // QPs with work or awaiting ACKs, or a held CQ event
   };
   // One turn of w's loop by a thread that holds w's drive lock, which it
@@ -381,6 +383,12 @@ class Device final : public Session {
   // Spin, yield or sleep after an idle turn (without w's drive lock).
   void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
   void Nap(Worker& w, long ns);
+  // DROCE_WATCH_US: one look at the link while applications drive, at
+  // real-time priority (worker.cc); LeaveRealtime drops that priority.
+  struct WatchState;
+  void SetupWatch(const Config& cfg);
+  void Watch(Worker& w, WatchState& ws);
+  static void LeaveRealtime();
   template <typename HasWork>
   void SleepUnless(Worker& w, long ns, HasWork has_work);
   void DeliverEvents(QpEntry* e);
@@ -420,6 +428,10 @@ class Device final : public Session {
 
   std::atomic<uint64_t> last_app_drive_ns_{0};
   std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls that found their CQ empty (kBusyPolls)
+  // DROCE_WATCH_US in ns (0: off, or real-time priority was refused), and the
+  // time an application thread last drove or posted (Watch).
+  std::atomic<uint64_t> watch_ns_{0};
+  std::atomic<uint64_t> app_seen_ns_{0};
   bool app_progress_ = true;
   bool measure_latency_ = false;  // DROCE_LATENCY: QPs record post-to-completion latencies
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);

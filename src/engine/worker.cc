@@ -3,9 +3,12 @@
 // Backs off when idle so that two droce processes share a 2-core machine.
 #include <linux/futex.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include <rte_ethdev.h>
@@ -14,6 +17,7 @@
 #include <rte_pause.h>
 #include <rte_ring.h>
 
+#include "common/log.h"
 #include "engine/device.h"
 #include "wire/bytes.h"
 
@@ -54,14 +58,129 @@ constexpr long kAppNapNs = 1'000'000;
 constexpr uint64_t kBusyIntervalNs = 1'000'000;
 constexpr uint64_t kBusyPolls = 20;
 constexpr long kShortNapNs = 20'000;
+// Watching (DROCE_WATCH_US) instead of napping while applications drive: an
+// application thread that polls busily can stop calling into verbs at any
+// moment and spin on memory instead (ib_write_lat: poll the send CQ, then
+// spin until the peer's WRITE lands), and only the worker can receive that
+// WRITE. On a CPU it shares with the spinner, a SCHED_OTHER worker waking
+// from a nap waits for the scheduler to preempt the spinner (milliseconds:
+// ib_write_lat's median was 1.6-2.7 ms); a SCHED_FIFO one preempts it on
+// wake. So the watching worker runs at real-time priority, sleeps
+// DROCE_WATCH_US between looks, and runs at most one engine turn per look:
+// its busy time is bounded by a turn per sleep, it never spins or yields at
+// that priority (sched_yield would not let the application run), and it
+// leaves it (SCHED_OTHER) whenever it stops watching. A look is not cheap
+// on this VM: a SCHED_FIFO thread waking from a 5-20 us futex sleep runs
+// 4-6 us late and costs a spinning thread on its CPU ~13 us each time
+// (docs/PERFORMANCE.md), so DROCE_WATCH_US much below 20 saturates the CPU
+// with looks (5 us: ib_write_lat median 289 us instead of 18-30 us).
+//
+// The application was active at a look if it drove or posted within
+// kWatchActiveNs before the look's timer fired. The gaps of a bandwidth loop
+// are several microseconds (a turn of 32 packets, then 32 CQEs taken and
+// as many receives reposted, the turn's clock reading being the stamp):
+// with a 2 us window most looks took ib_send_bw's receiver for away and the
+// looks stayed at DROCE_WATCH_US, which cost 13 % of its 64 B message rate;
+// a spinning ib_write_lat receiver is away for tens of microseconds. After
+// kWatchStreak looks in a row that find it active (a thread that polls
+// continuously, e.g. ib_send_lat or a bandwidth loop, and needs no help)
+// the period doubles up to kAppNapNs, so the looks cost it little; a look
+// that finds it away starts over at DROCE_WATCH_US while the link is busy
+// (a look found work in the last kWatchHotNs), and doubles towards
+// kAppNapNs while it is idle (an application that computes).
+constexpr uint64_t kWatchActiveNs = 10'000;
+constexpr unsigned kWatchStreak = 8;
+constexpr uint64_t kWatchHotNs = 200'000;
+constexpr int kWatchPriority = 1;  // the lowest SCHED_FIFO priority
+// Whether this thread (a watching worker) runs at real-time priority.
+thread_local bool t_realtime = false;
+
+// The calling thread to SCHED_FIFO (true) or back to SCHED_OTHER. Reset on
+// fork, so that no thread or child it creates inherits the priority.
+bool SetRealtime(bool on) {
+  sched_param p{};
+  p.sched_priority = on ? kWatchPriority : 0;
+  // Timer slack 1 ns while watching (recent kernels give RT threads none
+  // anyway), the default again after.
+  prctl(PR_SET_TIMERSLACK, on ? 1UL : 0UL);
+  return sched_setscheduler(0, on ? (SCHED_FIFO | SCHED_RESET_ON_FORK) : SCHED_OTHER, &p) == 0;
+}
 
 }  // namespace
 
+// The watching worker's state (its own thread only).
+struct Device::WatchState {
+  long period_ns = 0;
+  unsigned active_streak = 0;
+  uint64_t last_busy_ns = 0;
+};
+
+void Device::SetupWatch(const Config& cfg) {
+  // Several workers share spin locks (CQ producers, SRQs) whose holder, a
+  // driving application thread, a real-time worker on its CPU would never
+  // let finish: watching is for a device with one worker.
+  if (!cfg.app_progress || cfg.watch_us == 0) return;
+  if (cfg.workers != 1) {
+    Log(LogLevel::kInfo,
+        "%s: DROCE_WATCH_US applies to a device with one worker; %d workers nap while the application drives",
+        port_.name.c_str(), cfg.workers);
+    return;
+  }
+  watch_ns_.store(uint64_t{cfg.watch_us} * 1000, std::memory_order_relaxed);
+}
+
+void Device::LeaveRealtime() {
+  if (!t_realtime) return;
+  t_realtime = false;
+  (void)SetRealtime(false);
+}
+
+// One look while applications drive (see kWatchActiveNs above).
+void Device::Watch(Worker& w, WatchState& ws) {
+  const uint64_t watch_ns = watch_ns_.load(std::memory_order_relaxed);
+  if (!t_realtime) {
+    if (!SetRealtime(true)) {
+      // Not permitted (no CAP_SYS_NICE, RLIMIT_RTPRIO 0): a SCHED_OTHER
+      // worker's wakeups would not preempt a spinning application, so nap as
+      // before instead of paying for looks that do not help.
+      Log(LogLevel::kWarning,
+          "%s: DROCE_WATCH_US: real-time priority not permitted (%s); the worker naps while the application drives",
+          port_.name.c_str(), std::strerror(errno));
+      watch_ns_.store(0, std::memory_order_relaxed);
+      return;
+    }
+    t_realtime = true;
+    ws.period_ns = static_cast<long>(watch_ns);
+    ws.active_streak = 0;
+  }
+  const uint64_t due = NowNs() + static_cast<uint64_t>(ws.period_ns);
+  SleepUnless(w, ws.period_ns, [this] { return ctl_pending_.load(std::memory_order_relaxed) != 0; });
+  if (ctl_pending_.load(std::memory_order_relaxed) != 0) return;  // Loop leaves real time first
+  const uint64_t now = NowNs();
+  // Whether the application was in the provider shortly before the timer
+  // fired and preempted it: the worker itself runs several microseconds
+  // after that on this VM (the wakeup's cost), which is not the
+  // application's gap.
+  const uint64_t fired = std::min(now, due);
+  const bool app_active = app_seen_ns_.load(std::memory_order_relaxed) + kWatchActiveNs > fired;
+  // Awake anyway: one turn if nobody is in one (a turn of an idle link is a
+  // fraction of the wakeup's cost).
+  const bool busy = TryTakeDrive(w) && DriveLocked(w);
+  if (app_active) {
+    if (++ws.active_streak >= kWatchStreak) ws.period_ns = std::min(ws.period_ns * 2, kAppNapNs);
+    return;
+  }
+  ws.active_streak = 0;
+  if (busy) ws.last_busy_ns = now;
+  ws.period_ns = now - ws.last_busy_ns < kWatchHotNs ? static_cast<long>(watch_ns)
+                                                     : std::min(ws.period_ns * 2, kAppNapNs);
+}
+
 // Progress: whoever holds a worker's drive lock runs that worker's turn. The
 // worker's thread drives unless an application thread is driving from
-// ibv_poll_cq or ibv_post_* (Device::TryDrive); then it steps aside and naps,
-// so that on a busy-polling application the engine runs on the application's
-// own thread with no hand-off between threads. Only one thread drives a
+// ibv_poll_cq or ibv_post_* (Device::TryDrive); then it steps aside and naps
+// or watches (Watch), so that on a busy-polling application the engine runs
+// on the application's own thread with no hand-off between threads. Only one thread drives a
 // worker at a time, so its state still has exactly one owner at any moment;
 // the lock's acquire/release orders one driver's writes before the next
 // driver's reads. A control call takes every drive lock (RunOnWorker); while
@@ -73,8 +192,10 @@ void Device::Loop(Worker& w) {
   // Whether application threads polled busily in the last interval.
   uint64_t interval_ns = 0, interval_polls = 0;
   bool apps_busy = false;
+  WatchState ws;
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0) {
+      LeaveRealtime();  // a real-time yield would not let the control call's thread run
       sched_yield();
       continue;
     }
@@ -86,10 +207,14 @@ void Device::Loop(Worker& w) {
       interval_polls = polls;
     }
     if (apps_busy && now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs) {
-      Nap(w, kAppNapNs);  // an application thread is busy polling: it drives
+      // An application thread is busy polling: it drives; the worker watches
+      // for the moment it stops without notice, or naps.
+      if (watch_ns_.load(std::memory_order_relaxed) != 0) Watch(w, ws);
+      else Nap(w, kAppNapNs);
       idle = 0;
       continue;
     }
+    LeaveRealtime();
     if (w.drive_lock.exchange(true, std::memory_order_acquire)) {
       // A thread is in a turn right now: a busy poller will be back, one
       // that polls now and then is no reason to leave the engine for a
@@ -122,12 +247,17 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     // What the thread needs to decide whether to sleep, read while the
     // worker's state is still its own.
     turn->timer_ns = w.last_timer_ns;
+    turn->now_ns = w.last_poll_ns;
     turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
                     (w.fault != nullptr && w.fault->holding());
   }
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
   w.drive_lock.store(false, std::memory_order_release);
+  // RunOnWorker waits for drive locks by yielding, which at real-time
+  // priority would never let a preempted holder on this CPU finish: the
+  // watching worker drops it first (Loop takes it again at the next look).
+  if (!exclusive.empty()) LeaveRealtime();
   for (auto& fn : exclusive) RunOnWorker(std::move(fn));
   return busy;
 }
@@ -146,6 +276,9 @@ bool Device::TryDrive(bool polling) {
     app_polls_.fetch_add(1, std::memory_order_relaxed);
     if (turn.timer_ns != 0) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
   }
+  // For a watching worker (Watch): the clock reading of the turn, no
+  // reading of its own.
+  if (turn.now_ns != 0) app_seen_ns_.store(turn.now_ns, std::memory_order_relaxed);
   return busy;
 }
 
@@ -157,8 +290,11 @@ void Device::Kick(const QpHandle& qp) {
     // turn sends what was posted meanwhile, many WQEs per turn, instead of
     // one turn per post. Measured: 64 B SEND 0.8 -> 2.0 Mmsg/s over memif,
     // latency unchanged. If it does not poll again, the worker takes over
-    // when the drive window ends, as for receives.
-    if (NowNs() - last_app_drive_ns_.load(std::memory_order_relaxed) < kKickDeferNs) return;
+    // when the drive window ends, as for receives, or sends it at its next
+    // look if it watches (Watch).
+    const uint64_t now = NowNs();
+    app_seen_ns_.store(now, std::memory_order_relaxed);  // for a watching worker (Watch)
+    if (now - last_app_drive_ns_.load(std::memory_order_relaxed) < kKickDeferNs) return;
     if (TryTakeDrive(w)) {
       DriveLocked(w);
       return;
@@ -256,6 +392,7 @@ bool Device::PollOnce(Worker& w) {
     busy = true;
   }
   const uint64_t now = NowNs();
+  w.last_poll_ns = now;
   if (now - w.last_timer_ns >= kTimerTickNs) {
     w.last_timer_ns = now;
     RunTimers(w, now);

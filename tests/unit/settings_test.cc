@@ -73,6 +73,7 @@ TEST(Settings, DefaultsWithNothingSet) {
   EXPECT_EQ(g.vlan, 0);
   EXPECT_EQ(g.hugepages, HugepageMode::kAuto);
   EXPECT_EQ(g.poll_yield, 16u);
+  EXPECT_EQ(g.watch_us, 20u);
   EXPECT_FALSE(g.stats);
 }
 
@@ -338,6 +339,15 @@ TEST(Settings, Fault) {
   ExpectRefused(Raw().Set(Setting::kFault, "loss randum 10%"), Setting::kFault,
                 "rule 1 'loss randum 10%': unknown loss model 'randum' (random, state, gemodel or a percentage)");
   EXPECT_STREQ(Info(Setting::kFault).flag, "fault");
+}
+
+TEST(Settings, Watch) {
+  EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
+  EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);
+  for (const char* bad : {"abc", "-1", "5us", "1001", " 5"}) {
+    ExpectRefused(Raw().Set(Setting::kWatch, bad), Setting::kWatch,
+                  std::string("'") + bad + "' is not a poll interval in microseconds (0 to 1000)");
+  }
 }
 
 // The first bad setting in kSettings order is the one reported.
