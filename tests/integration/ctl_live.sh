@@ -21,7 +21,8 @@ source "$(dirname "$0")/pair_common.sh"
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill_group "$p"; done
-  for p in "${daemon_pids[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  # timeout leads each droced's process group: the group goes, droced too.
+  for p in "${daemon_pids[@]}"; do kill_group "$p"; done
   rm -rf "$dir"
 }
 trap cleanup EXIT
