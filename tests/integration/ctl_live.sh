@@ -193,6 +193,8 @@ done
 "$launcher" ctl --pid "$epid" client kill "$epid" >/dev/null 2>&1; [ $? -eq 1 ] || die "embedded client kill: want 1"
 kill_group "${pids[-1]}"
 pids=()
+# Killed by a signal, it could not remove its (empty) EAL runtime directory.
+rmdir "/var/run/dpdk/droce-$epid" 2>/dev/null
 
 stop_daemons
 [ "$fail" -eq 0 ] || exit 1
