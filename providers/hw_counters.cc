@@ -44,9 +44,27 @@ inline bool is_counter_fd(int fd) {
          (counter_bits[fd / 64].load(std::memory_order_acquire) & (uint64_t{1} << (fd % 64))) != 0;
 }
 
+constexpr char kLiveName[] = "droce-hw-counter";
+
+// Whether fd is still the memfd hw_counter_open made: a program may close it
+// without our close (fclose, close_range) and the number be reused, so the
+// bit alone is not trusted before writing.
+bool still_ours(int fd) {
+  char link[64], target[64];
+  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, target, sizeof(target) - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strncmp(target, "/memfd:", 7) == 0 && std::strncmp(target + 7, kLiveName, sizeof(kLiveName) - 1) == 0;
+}
+
 // Writes the counter's value now ("N\n", as sysfs prints it) over the
 // memfd's contents.
 void refresh(int fd) {
+  if (!still_ours(fd)) {
+    counter_bits[fd / 64].fetch_and(~(uint64_t{1} << (fd % 64)), std::memory_order_release);
+    return;
+  }
   const uint16_t c = counter_of[fd].load(std::memory_order_relaxed);
   const int dev = c >> 8;
   const size_t counter = c & 0xFF;
@@ -70,12 +88,28 @@ int hw_counter_index(const char* name) {
   return -1;
 }
 
-int hw_counter_open(int dev, int counter, int flags) {
+int hw_counter_open(int dev, int counter, int flags, bool live) {
   if ((flags & O_ACCMODE) != O_RDONLY) {
     errno = EACCES;  // sysfs counters are read-only (mode 0444)
     return -1;
   }
-  const int fd = memfd_create("droce-hw-counter", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+  if (!live) {
+    // A snapshot (fopen: glibc reads and closes it with calls we do not
+    // see): the value now, in a memfd nobody refreshes.
+    const int fd = memfd_create("droce-hw-snapshot", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+    if (fd < 0) return -1;
+    uint64_t value = 0;
+    auto s = session_for(dev);
+    if (s.ok() && static_cast<size_t>(counter) < kNumCounters) value = (*s)->ReadCounters().*kCounterInfo[counter].field;
+    char buf[32];
+    const int n = std::snprintf(buf, sizeof(buf), "%llu\n", static_cast<unsigned long long>(value));
+    if (pwrite(fd, buf, static_cast<size_t>(n), 0) != n) {
+      close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  const int fd = memfd_create(kLiveName, (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
   if (fd < 0) return -1;
   if (fd >= kMaxFds) {
     close(fd);

@@ -533,7 +533,8 @@ int __openat64_2(int dirfd, const char* path, int flags) { DROCE_OPENAT_BODY(REA
     if (t.kind == Kind::kSysfs) return real_fn(t.path, mode);       \
     if (t.kind == Kind::kCounter) {                                 \
       const int fd = hw_counter_open(t.index, t.counter,            \
-                                     strchr(mode, '+') || mode[0] != 'r' ? O_RDWR : O_RDONLY); \
+                                     strchr(mode, '+') || mode[0] != 'r' ? O_RDWR : O_RDONLY, \
+                                     /*live=*/false);               \
       return fd < 0 ? nullptr : fdopen(fd, mode);                   \
     }                                                               \
     if (t.kind == Kind::kDevNode) {                                 \

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -322,6 +323,21 @@ TEST_F(SysfsView, HwCountersAreLive) {
   EXPECT_LT(open(path.c_str(), O_WRONLY), 0);
   EXPECT_EQ(errno, EACCES);
   EXPECT_EQ(ReadOpen(dir + "/no_such_counter").rfind("<open", 0), 0u);
+  // A counter fd closed behind the provider's back (the raw system call, as
+  // fclose or close_range do) and its number reused by a regular file: the
+  // file's reads are its own, never a counter's.
+  const int stale = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(stale, 0);
+  ASSERT_EQ(syscall(SYS_close, stale), 0);
+  char tmpl[] = "/tmp/droce-hwc-XXXXXX";
+  const int file = mkstemp(tmpl);
+  ASSERT_EQ(file, stale);  // the lowest free number
+  unlink(tmpl);
+  ASSERT_EQ(write(file, "hello\n", 6), 6);
+  char got[16] = "";
+  ASSERT_EQ(pread(file, got, sizeof(got), 0), 6);
+  EXPECT_EQ(std::string(got, 6), "hello\n");
+  close(file);
   for (ibv_qp* q : {a, b}) EXPECT_EQ(ibv_destroy_qp(q), 0);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_destroy_cq(cq), 0);
