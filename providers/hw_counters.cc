@@ -58,22 +58,24 @@ bool still_ours(int fd) {
   return std::strncmp(target, "/memfd:", 7) == 0 && std::strncmp(target + 7, kLiveName, sizeof(kLiveName) - 1) == 0;
 }
 
-// Writes the counter's value now ("N\n", as sysfs prints it) over the
-// memfd's contents.
+// Writes counter `counter` of device `dev` now ("N\n", as sysfs prints it)
+// over fd's contents; false if it could not.
+bool write_value(int fd, int dev, size_t counter) {
+  uint64_t value = 0;
+  auto s = session_for(dev);
+  if (s.ok() && counter < kNumCounters) value = (*s)->ReadCounters().*kCounterInfo[counter].field;
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof(buf), "%llu\n", static_cast<unsigned long long>(value));
+  return pwrite(fd, buf, static_cast<size_t>(n), 0) == n && ftruncate(fd, n) == 0;
+}
+
 void refresh(int fd) {
   if (!still_ours(fd)) {
     counter_bits[fd / 64].fetch_and(~(uint64_t{1} << (fd % 64)), std::memory_order_release);
     return;
   }
   const uint16_t c = counter_of[fd].load(std::memory_order_relaxed);
-  const int dev = c >> 8;
-  const size_t counter = c & 0xFF;
-  uint64_t value = 0;
-  auto s = session_for(dev);
-  if (s.ok() && counter < kNumCounters) value = (*s)->ReadCounters().*kCounterInfo[counter].field;
-  char buf[32];
-  const int n = std::snprintf(buf, sizeof(buf), "%llu\n", static_cast<unsigned long long>(value));
-  if (pwrite(fd, buf, static_cast<size_t>(n), 0) == n) (void)!ftruncate(fd, n);
+  (void)write_value(fd, c >> 8, c & 0xFF);
 }
 
 }  // namespace
@@ -98,12 +100,7 @@ int hw_counter_open(int dev, int counter, int flags, bool live) {
     // see): the value now, in a memfd nobody refreshes.
     const int fd = memfd_create("droce-hw-snapshot", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
     if (fd < 0) return -1;
-    uint64_t value = 0;
-    auto s = session_for(dev);
-    if (s.ok() && static_cast<size_t>(counter) < kNumCounters) value = (*s)->ReadCounters().*kCounterInfo[counter].field;
-    char buf[32];
-    const int n = std::snprintf(buf, sizeof(buf), "%llu\n", static_cast<unsigned long long>(value));
-    if (pwrite(fd, buf, static_cast<size_t>(n), 0) != n) {
+    if (!write_value(fd, dev, static_cast<size_t>(counter))) {
       close(fd);
       return -1;
     }

@@ -411,9 +411,11 @@ std::string PrometheusText(Host& host) {
   };
   std::vector<QpRow> rows;
   absl::flat_hash_map<int32_t, std::string> comms;
+  std::vector<size_t> qps_of(devs.size(), 0);
   for (size_t k = 0; k < devs.size(); ++k) {
     const Owners o = host.OwnersOf(k);
     devs[k]->PeekQpCounters([&](uint32_t qpn, uint64_t owner, const QpCounters& c) {
+      ++qps_of[k];
       auto it = o.qp_tag.find(owner);
       const int32_t pid = it != o.qp_tag.end() ? it->second : o.fallback;
       rows.push_back({absl::StrCat("device=\"", Label(devs[k]->port().name), "\",qpn=\"", qpn, "\",pid=\"", pid,
@@ -423,9 +425,7 @@ std::string PrometheusText(Host& host) {
   }
   absl::StrAppend(&out, "# HELP droce_qps Queue pairs of the device\n# TYPE droce_qps gauge\n");
   for (size_t k = 0; k < devs.size(); ++k) {
-    size_t n = 0;
-    for (const QpRow& r : rows) n += r.labels.starts_with(absl::StrCat("device=\"", Label(devs[k]->port().name), "\""));
-    absl::StrAppend(&out, "droce_qps{device=\"", Label(devs[k]->port().name), "\"} ", n, "\n");
+    absl::StrAppend(&out, "droce_qps{device=\"", Label(devs[k]->port().name), "\"} ", qps_of[k], "\n");
   }
   for (size_t i = 0; i < kNumQpCounters; ++i) {
     absl::StrAppend(&out, "# HELP droce_qp_", kQpCounterInfo[i].name, "_total ", kQpCounterInfo[i].description,
