@@ -19,6 +19,18 @@ constexpr uint8_t kMraServiceTimeout = 20;  // CMA_CM_MRA_SETTING
 constexpr uint8_t kHopLimit = 64;
 constexpr size_t kMaxPendingPerListener = 4096;  // REQs not yet accepted or rejected
 constexpr uint64_t kAddrPollNs = 1'000'000;      // while waiting for ARP/ND
+// A REQ or SIDR_REQ for a service nobody listens on is held this long
+// before it is refused (IB CM: REJ reason 8 at once), and handed to a
+// listener that comes meanwhile. Programs that agree out of band and then
+// connect at once race the passive side's rdma_listen: perftest -R's
+// client sends its REQ right after the handshake over its first connection,
+// whose last step on the server (a SEND's completion) comes a round trip
+// later. On a kernel the active side's address and route resolution take
+// longer than that; droce's take ~30 us, and the REQ often came before the
+// listen (tests cm_ib_write_lat, cm_ib_send_bw: 3 in 10 runs). Debian's
+// perftest 4.5-0.17 crashes on its own retry after such a REJ.
+constexpr uint64_t kEarlyReqHoldNs = 100'000'000;
+constexpr size_t kMaxEarlyReqs = 1024;  // beyond: refused at once, as before
 constexpr uint64_t kMs = 1'000'000;
 
 // IBA time (4.096 us << t) in ms, rounded as the kernel's cm_convert_to_ms.
@@ -180,6 +192,7 @@ void Manager::RemovePort(int dev) {
     }
   }
   std::erase_if(ports_, [dev](const Port& p) { return p.info.dev == dev; });
+  std::erase_if(early_, [dev](const EarlyReq& e) { return e.dev == dev; });
 }
 
 Manager::Id* Manager::Find(uint32_t id) const {
@@ -481,6 +494,7 @@ int Manager::Listen(uint32_t handle, int) {
     return -EINVAL;
   }
   id->state = St::kListen;  // the backlog: unused, as rdma_cm's over IB CM
+  ReplayEarly();
   return 0;
 }
 
@@ -940,7 +954,7 @@ Manager::Id* Manager::NewConnId(const Id& l, uint8_t qp_type, int dev, const Mad
   return id;
 }
 
-void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r) {
+void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r, uint64_t held_until) {
   // A duplicate of a REQ being handled: resend what was answered, or an MRA
   // while the application has not decided yet.
   for (auto& [handle, idp] : ids_) {
@@ -989,6 +1003,7 @@ void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const
   const IpAddr dst = from_header(ih.dst, v6, port);
   const uint16_t rdma_ps = ps == kPsIpoib ? kRdmaPsIpoib : ps;
   Id* l = FindListener(rdma_ps, dst, dev);
+  if (l == nullptr && HoldEarly(dev, src, h, r, held_until)) return;
   if (l == nullptr || l->qp_type != kQpRc) {
     ++stats_.no_listener;
     RejectReq(dev, src, h, r.local_comm_id, kRejInvalidServiceId);
@@ -1043,6 +1058,70 @@ void Manager::HandleReq(int dev, const MadSource& src, const MadHeader& h, const
   e.param.private_data_len = static_cast<uint8_t>(kReqPrivate - kIpHeaderSize);
   std::memcpy(e.param.private_data, r.private_data.data() + kIpHeaderSize, kReqPrivate - kIpHeaderSize);
   events_(e);
+}
+
+bool Manager::HoldEarly(int dev, const MadSource& src, const MadHeader& h, const std::variant<Req, SidrReq>& msg,
+                        uint64_t held_until) {
+  // The same request again (the peer's retransmission): one is held.
+  auto same = [&](const EarlyReq& e) {
+    if (e.msg.index() != msg.index() || !(e.src.sgid == src.sgid)) return false;
+    if (const Req* r = std::get_if<Req>(&msg)) {
+      const Req& o = std::get<Req>(e.msg);
+      return o.local_comm_id == r->local_comm_id && o.local_ca_guid == r->local_ca_guid;
+    }
+    return std::get<SidrReq>(e.msg).request_id == std::get<SidrReq>(msg).request_id;
+  };
+  if (held_until == 0 && std::any_of(early_.begin(), early_.end(), same)) {
+    ++stats_.duplicates;
+    return true;
+  }
+  if (early_.size() >= kMaxEarlyReqs) return false;
+  if (held_until == 0) ++stats_.early_reqs;
+  early_.push_back({dev, src, h, msg, held_until != 0 ? held_until : clock_() + kEarlyReqHoldNs});
+  return true;
+}
+
+void Manager::RefuseNoListener(const EarlyReq& e) {
+  ++stats_.no_listener;
+  if (const Req* r = std::get_if<Req>(&e.msg)) {
+    RejectReq(e.dev, e.src, e.h, r->local_comm_id, kRejInvalidServiceId);
+    return;
+  }
+  const SidrReq& m = std::get<SidrReq>(e.msg);
+  SidrRep rep;
+  rep.request_id = m.request_id;
+  rep.service_id = m.service_id;
+  rep.status = kSidrUnsupported;
+  SendTo(e.dev, e.src.dgid, e.src.sgid, e.src.src_qpn, e.src.tclass, rep, e.h.tid);
+}
+
+// A listener came: every held request is handled again, in the order they
+// came; those it is not for are held again until their own deadline.
+void Manager::ReplayEarly() {
+  if (early_.empty()) return;
+  std::vector<EarlyReq> held;
+  held.swap(early_);
+  for (const EarlyReq& e : held) {
+    if (const Req* r = std::get_if<Req>(&e.msg)) HandleReq(e.dev, e.src, e.h, *r, e.until);
+    else HandleSidrReq(e.dev, e.src, e.h, std::get<SidrReq>(e.msg), e.until);
+  }
+}
+
+uint64_t Manager::ExpireEarly(uint64_t now) {
+  if (early_.empty()) return 0;
+  uint64_t next = 0;
+  std::vector<EarlyReq> keep, due;
+  for (EarlyReq& e : early_) {
+    if (e.until > now) {
+      if (next == 0 || e.until < next) next = e.until;
+      keep.push_back(std::move(e));
+    } else {
+      due.push_back(std::move(e));
+    }
+  }
+  early_.swap(keep);
+  for (const EarlyReq& e : due) RefuseNoListener(e);
+  return next;
 }
 
 void Manager::HandleMra(const Mra& m) {
@@ -1193,7 +1272,8 @@ void Manager::HandleDrep(const Drep& m) {
   Emit(*id, kDisconnected, 0);
 }
 
-void Manager::HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m) {
+void Manager::HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m,
+                            uint64_t held_until) {
   for (auto& [handle, idp] : ids_) {
     Id* id = idp.get();
     if (id->parent == 0 || id->qp_type != kQpUd || id->remote_comm_id != m.request_id || !(id->dgid == src.sgid))
@@ -1216,6 +1296,7 @@ void Manager::HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, c
   const bool v6 = ih.ip_version == 6;
   const IpAddr dst = from_header(ih.dst, v6, port);
   Id* l = FindListener(ps == kPsIpoib ? kRdmaPsIpoib : ps, dst, dev);
+  if (l == nullptr && HoldEarly(dev, src, h, m, held_until)) return;
   if (l == nullptr || l->qp_type != kQpUd) {
     ++stats_.no_listener;
     rep.status = kSidrUnsupported;
@@ -1276,6 +1357,7 @@ uint64_t Manager::OnTimer() {
   auto want = [&next](uint64_t t) {
     if (t != 0 && (next == 0 || t < next)) next = t;
   };
+  want(ExpireEarly(now));
   std::vector<uint32_t> handles;
   handles.reserve(ids_.size());
   for (auto& [h, id] : ids_) {

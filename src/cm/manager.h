@@ -21,6 +21,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -160,6 +161,7 @@ struct RouteInfo {
   X(unknown_comm_id, "MRA, REJ, REP, RTU, DREQ, DREP or SIDR_REP for no connection here")  \
   X(rejects_sent, "REJs sent")                                                            \
   X(no_listener, "REQs and SIDR_REQs for a service nobody listens on")                   \
+  X(early_reqs, "REQs and SIDR_REQs held until their listener came (or refused after 100 ms)") \
   X(duplicates, "duplicate REQs, REPs, DREQs and SIDR_REQs (answered again)")            \
   X(stale, "REQs rejected as stale (connection in timewait or QP still connected)")      \
   X(flood_rejects, "REQs refused because a listener had 4096 unanswered")                \
@@ -224,6 +226,15 @@ class Manager {
     uint32_t id = 0;
     Gid mgid{};
   };
+  // A REQ or SIDR_REQ that found no listener, held for a while (see
+  // kEarlyReqHoldNs in manager.cc) in case its listener is about to come.
+  struct EarlyReq {
+    int dev = 0;
+    MadSource src;
+    MadHeader h;
+    std::variant<Req, SidrReq> msg;
+    uint64_t until = 0;
+  };
 
   Id* Find(uint32_t id) const;
   Id* FindByComm(uint32_t local_comm_id) const;
@@ -247,14 +258,25 @@ class Manager {
   AhInfo AhTo(const Id& id, const Gid& dgid) const;
   uint8_t AckTimeout(const Id& id) const;
 
-  void HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r);
+  // held_until: a held REQ handed over again (when a listener came), with
+  // the time it is held until; 0 for one just received.
+  void HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r, uint64_t held_until = 0);
   void HandleMra(const Mra& m);
   void HandleRej(const Rej& m);
   void HandleRep(int dev, const MadSource& src, const MadHeader& h, const Rep& m);
   void HandleRtu(const Rtu& m);
   void HandleDreq(int dev, const MadSource& src, const MadHeader& h, const Dreq& m);
   void HandleDrep(const Drep& m);
-  void HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m);
+  void HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m,
+                     uint64_t held_until = 0);
+  // Holds a request that found no listener (true), or leaves it to be
+  // refused now (false: too many held already).
+  bool HoldEarly(int dev, const MadSource& src, const MadHeader& h, const std::variant<Req, SidrReq>& msg,
+                 uint64_t held_until);
+  // The answer for no listener: REJ reason 8, or SIDR_REP "unsupported".
+  void RefuseNoListener(const EarlyReq& e);
+  void ReplayEarly();
+  uint64_t ExpireEarly(uint64_t now);
   void HandleSidrRep(const SidrRep& m);
   Id* FindListener(uint16_t ps, const IpAddr& dst, int dev) const;
   Id* NewConnId(const Id& listener, uint8_t qp_type, int dev, const MadSource& src, const IpAddr& dst,
@@ -270,6 +292,7 @@ class Manager {
   std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> bound_;  // (ps, port) -> ids
   absl::flat_hash_map<uint32_t, Mcast> mcasts_;
   std::vector<Timewait> timewait_;
+  std::vector<EarlyReq> early_;
   uint32_t next_handle_ = 1;
   CmStats stats_;
 };

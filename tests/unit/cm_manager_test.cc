@@ -3,9 +3,11 @@
 // virtual clock. Covers the connect/accept/RTU handshake and the QP
 // attributes both sides get, disconnect and timewait, rejects, the REQ
 // retries and what a vanished peer leads to, duplicates, stale connections,
-// SIDR, a REQ flood and malformed MADs.
+// SIDR, a REQ flood and malformed MADs, and requests that come before
+// their listener.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <infiniband/verbs.h>
@@ -239,11 +241,69 @@ TEST_F(CmManager, NoListenerIsRejectedWithReason8) {
   const uint32_t ia = Resolved(9999);
   ASSERT_EQ(a.mgr.Connect(ia, Param(0x20)), 0);
   wire.Run();
+  // Held for 100 ms in case a listener comes, then refused.
+  wire.Advance(99'000'000);
+  EXPECT_EQ(a.Last(kRejected), nullptr);
+  EXPECT_EQ(b.mgr.stats().early_reqs, 1u);
+  wire.Advance(2'000'000);
   const Event* rej = a.Last(kRejected);
   ASSERT_NE(rej, nullptr);
   EXPECT_EQ(rej->status, kRejInvalidServiceId);
   EXPECT_EQ(rej->param.private_data_len, 148);
   EXPECT_EQ(b.mgr.stats().no_listener, 1u);
+}
+
+TEST_F(CmManager, ReqBeforeItsListenerIsHandedToTheListener) {
+  const uint32_t ia = Resolved(7174);
+  ASSERT_EQ(a.mgr.Connect(ia, Param(0x20)), 0);
+  ASSERT_EQ(wire.inflight.size(), 1u);
+  wire.inflight.push_back(wire.inflight.front());  // and a duplicate of the REQ
+  wire.Run();
+  wire.Advance(5'000'000);
+  EXPECT_EQ(b.Last(kConnectRequest), nullptr);
+  Listen(7000);  // another service's listener does not take it
+  EXPECT_EQ(b.Last(kConnectRequest), nullptr);
+  Listen(7174);
+  const Event* req = b.Last(kConnectRequest);
+  ASSERT_NE(req, nullptr);  // at once, inside rdma_listen
+  EXPECT_EQ(req->param.qp_num, 0x20u);
+  EXPECT_EQ(std::count_if(b.events.begin(), b.events.end(),
+                          [](const Event& e) { return e.event == kConnectRequest; }),
+            1);
+  ConnParam acc = Param(0x30);
+  ASSERT_EQ(b.mgr.Accept(req->id, &acc), 0);
+  wire.Run();
+  ASSERT_NE(a.Last(kConnectResponse), nullptr);
+  ASSERT_EQ(a.mgr.Accept(ia, nullptr), 0);
+  wire.Run();
+  EXPECT_NE(b.Last(kEstablished), nullptr);
+  wire.Advance(200'000'000);
+  EXPECT_EQ(a.Last(kRejected), nullptr);
+  EXPECT_EQ(b.mgr.stats().early_reqs, 1u);
+  EXPECT_EQ(b.mgr.stats().duplicates, 1u);
+  EXPECT_EQ(b.mgr.stats().no_listener, 0u);
+  EXPECT_EQ(b.mgr.stats().rejects_sent, 0u);
+}
+
+TEST_F(CmManager, SidrBeforeItsListenerIsHandedToTheListener) {
+  const uint32_t ia = Resolved(7000, kRdmaPsUdp, kQpUd);
+  ConnParam p;
+  p.valid = true;
+  ASSERT_EQ(a.mgr.Connect(ia, p), 0);
+  wire.Run();
+  wire.Advance(50'000'000);
+  Listen(7000, kRdmaPsUdp, kQpUd);
+  const Event* req = b.Last(kConnectRequest);
+  ASSERT_NE(req, nullptr);
+  EXPECT_TRUE(req->ud);
+  ConnParam acc;
+  acc.qp_num = 0x44;
+  acc.valid = true;
+  ASSERT_EQ(b.mgr.Accept(req->id, &acc), 0);
+  wire.Run();
+  ASSERT_NE(a.Last(kEstablished), nullptr);
+  EXPECT_EQ(a.Last(kEstablished)->param.qp_num, 0x44u);
+  EXPECT_EQ(a.Last(kUnreachable), nullptr);
 }
 
 TEST_F(CmManager, ApplicationRejectCarriesPrivateData) {
@@ -388,6 +448,7 @@ TEST_F(CmManager, SidrForNoServiceIsUnreachable) {
   ConnParam p;
   ASSERT_EQ(a.mgr.Connect(ia, p), 0);
   wire.Run();
+  wire.Advance(101'000'000);  // held 100 ms for a listener first
   const Event* u = a.Last(kUnreachable);
   ASSERT_NE(u, nullptr);
   EXPECT_EQ(u->status, kSidrUnsupported);
@@ -528,6 +589,7 @@ TEST_F(CmManager, AfOnlyKeepsAnIpv6WildcardListenerFromIpv4) {
     ASSERT_EQ(a.mgr.Connect(ia, Param(0x20 + afonly)), 0);
     wire.Run();
     if (afonly) {
+      wire.Advance(101'000'000);  // no listener it may go to: held 100 ms, then refused
       ASSERT_NE(a.Last(kRejected), nullptr);
       EXPECT_EQ(a.Last(kRejected)->status, kRejInvalidServiceId);
     } else {
