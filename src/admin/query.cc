@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -350,6 +351,66 @@ std::string CommOf(int32_t pid) {
   return s;
 }
 
+Json CaptureRow(size_t index, const engine::Device& d, const std::optional<lab::CaptureStatus>& st,
+               bool stopped = false) {
+  Json j = DevHead(index, d);
+  if (!st) {
+    j["state"] = "off";
+    return j;
+  }
+  j["state"] = stopped ? "stopped" : st->ended ? "ended" : "running";
+  j["options"] = st->text;
+  j["file"] = st->file;
+  j["frames"] = st->frames;
+  j["bytes"] = st->bytes;
+  j["files"] = st->files_done;
+  if (st->ended) j["why"] = st->why;
+  return j;
+}
+
+// `capture start|stop|show`: the lab's packet capture (lab/capture.h).
+absl::StatusOr<Json> CaptureCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
+  const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
+                                                                                  : "show";
+  Json out = Json::array();
+  if (action == "show") {
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) { out.push_back(CaptureRow(i, d, d.CaptureState())); });
+    return out;
+  }
+  if (action == "stop") {
+    bool any = false;
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+      absl::StatusOr<lab::CaptureStatus> st = d.StopCapture();
+      if (!st.ok()) return;
+      any = true;
+      out.push_back(CaptureRow(i, d, *st, /*stopped=*/true));
+    });
+    if (!any) return absl::NotFoundError(f.dev.empty() ? "no capture is on" : absl::StrCat("no capture on ", f.dev));
+    return out;
+  }
+  if (action != "start") return Bad(absl::StrCat("unknown capture action '", action, "' (start, stop, show)"));
+  // The engine writes the file with its own rights: only its user (or
+  // root) may name one.
+  if (uid != 0 && uid != geteuid()) {
+    return absl::PermissionDeniedError("a capture writes files as the engine's user: only that user or root may start one");
+  }
+  if (!req.contains("spec") || !req["spec"].is_string()) return Bad("'capture start' needs a 'spec' (PATH[,size=N,...])");
+  absl::StatusOr<lab::CaptureOptions> o = lab::ParseCaptureSpec(req["spec"].get<std::string>());
+  if (!o.ok()) return Bad(std::string(o.status().message()));
+  if (o->path.empty() || o->path[0] != '/') return Bad("the capture file must be an absolute path");
+  absl::Status err = absl::OkStatus();
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+    if (!err.ok()) return;
+    lab::CaptureOptions mine = *o;
+    // One path for several devices: each its own file, as DROCE_CAPTURE.
+    if (f.dev.empty() && i > 0) mine.path = lab::DevicePath(mine.path, d.port().name);
+    err = d.StartCapture(mine);
+    if (err.ok()) out.push_back(CaptureRow(i, d, d.CaptureState()));
+  });
+  if (!err.ok()) return err;
+  return out;
+}
+
 absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   if (!req.is_object()) return Bad("a request is a JSON object");
   auto cmd_it = req.find("cmd");
@@ -382,6 +443,7 @@ absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
     return Json::object({{"killed", f->pid}});
   }
   if (cmd == "metrics") return Json(PrometheusText(host));
+  if (cmd == "capture") return CaptureCmd(host, req, *f, uid);
   return Bad(absl::StrCat("unknown command '", cmd, "'"));
 }
 

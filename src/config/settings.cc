@@ -168,6 +168,12 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     }
     case Setting::kLatency: return Assign(ParseStats(v), &g.latency);
     case Setting::kWatch: return Assign(ParseWatch(v), &g.watch_us);
+    case Setting::kCapture: {
+      absl::StatusOr<lab::CaptureOptions> o = lab::ParseCaptureSpec(v);
+      if (!o.ok()) return o.status();
+      g.capture = *std::move(o);
+      return absl::OkStatus();
+    }
   }
   return absl::InternalError("unknown setting");
 }

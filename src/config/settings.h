@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/log.h"
+#include "lab/capture.h"
 #include "lab/fault_rules.h"
 #include "wire/frame.h"
 
@@ -68,6 +69,9 @@ struct GlobalSettings {
   // rte_eth_tx_burst and just after rte_eth_rx_burst (src/lab/, docs/LAB.md);
   // empty: none, and the stage costs one branch.
   std::vector<lab::FaultRule> fault;
+  // DROCE_CAPTURE: a pcapng capture of every device's link from the start
+  // (lab/capture.h: "PATH[,size=N,files=N,count=N,snaplen=N,point=P]").
+  std::optional<lab::CaptureOptions> capture;
   // DROCE_LATENCY=1: post-to-completion latency histograms per QP and
   // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
   // records it at completion.
@@ -118,8 +122,9 @@ enum class Setting : uint8_t {
   kFault,
   kLatency,
   kWatch,
+  kCapture,
 };
-inline constexpr size_t kNumSettings = 19;
+inline constexpr size_t kNumSettings = 20;
 
 struct SettingInfo {
   Setting setting;
@@ -150,6 +155,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kFault, "DROCE_FAULT", "fault", false},
     {Setting::kLatency, "DROCE_LATENCY", "latency", false},
     {Setting::kWatch, "DROCE_WATCH_US", nullptr, false},
+    {Setting::kCapture, "DROCE_CAPTURE", "capture", false},
 }};
 
 // kSettings is indexed by Setting.

@@ -63,6 +63,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"telemetry", Setting::kTelemetry, Kind::kBool},
     {"ctl", Setting::kCtl, Kind::kBool},
     {"fault", Setting::kFault, Kind::kString},
+    {"capture", Setting::kCapture, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -196,6 +196,16 @@ absl::Status Device::Setup(const Config& cfg) {
     if (!cfg.fault.empty()) w->fault = std::make_unique<FaultStage>(cfg.fault, i, dpdk_.pool(), NowNs());
     workers_.push_back(std::move(w));
   }
+  // DROCE_CAPTURE: a capture from the first frame (droce<N>, N > 0, writes
+  // its own file: "-droce<N>" before the path's extension).
+  if (cfg.capture) {
+    lab::CaptureOptions o = *cfg.capture;
+    if (cfg.index > 0) o.path = lab::DevicePath(o.path, port_.name);
+    absl::StatusOr<std::unique_ptr<lab::Capture>> c = lab::Capture::Start(o, port_.name, !cfg.fault.empty());
+    if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("DROCE_CAPTURE: ", c.status().message()));
+    capture_ = *std::move(c);
+    for (const auto& w : workers_) w->capture = std::make_unique<CaptureTap>(capture_);
+  }
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
   subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);
@@ -230,6 +240,7 @@ absl::Status Device::Setup(const Config& cfg) {
   if (cfg.vlan != 0) absl::StrAppend(&extra, ", VLAN ", cfg.vlan);
   if (cfg.workers > 1) absl::StrAppend(&extra, ", ", cfg.workers, " workers");
   if (!cfg.fault.empty()) absl::StrAppend(&extra, ", ", cfg.fault.size(), " fault rule", cfg.fault.size() == 1 ? "" : "s");
+  if (capture_ != nullptr) absl::StrAppend(&extra, ", capture to ", capture_->Status().file);
   if (!cfg.worker_cpus.empty()) {
     absl::StrAppend(&extra, cfg.workers > 1 ? ", workers on CPUs " : ", worker on CPU ");
     for (size_t i = 0; i < cfg.worker_cpus.size(); ++i) absl::StrAppend(&extra, i ? "," : "", cfg.worker_cpus[i]);
@@ -826,6 +837,44 @@ void Device::FailSrqQps(uint32_t srq) {
     DeliverEvents(e.get());
     Activate(e.get());
   }
+}
+
+absl::Status Device::StartCapture(const lab::CaptureOptions& o) {
+  std::lock_guard<std::mutex> l(capture_mu_);
+  if (capture_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("a capture of ", port_.name, " to ", capture_->Status().file,
+                                                      " is on: stop it first"));
+  }
+  // Fault stages are fixed at start: the same on every worker.
+  const bool fault = workers_[0]->fault != nullptr;
+  absl::StatusOr<std::unique_ptr<lab::Capture>> c = lab::Capture::Start(o, port_.name, fault);
+  if (!c.ok()) return c.status();
+  std::shared_ptr<lab::Capture> sc = *std::move(c);
+  RunOnWorker([&] {
+    for (const auto& w : workers_) w->capture = std::make_unique<CaptureTap>(sc);
+  });
+  capture_ = std::move(sc);
+  Log(LogLevel::kInfo, "%s: capture to %s started", port_.name.c_str(), o.text.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<lab::CaptureStatus> Device::StopCapture() {
+  std::lock_guard<std::mutex> l(capture_mu_);
+  if (capture_ == nullptr) return absl::NotFoundError(absl::StrCat("no capture on ", port_.name));
+  RunOnWorker([&] {
+    for (const auto& w : workers_) w->capture.reset();
+  });
+  lab::CaptureStatus st = capture_->Status();
+  capture_.reset();  // the last reference: the file is closed
+  Log(LogLevel::kInfo, "%s: capture to %s stopped: %llu frames, %llu bytes", port_.name.c_str(), st.text.c_str(),
+      static_cast<unsigned long long>(st.frames), static_cast<unsigned long long>(st.bytes));
+  return st;
+}
+
+std::optional<lab::CaptureStatus> Device::CaptureState() {
+  std::lock_guard<std::mutex> l(capture_mu_);
+  if (capture_ == nullptr) return std::nullopt;
+  return capture_->Status();
 }
 
 std::vector<std::string> Device::FaultReport() {

@@ -24,6 +24,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "common/spin_lock.h"
 #include "cq/cq.h"
 #include "engine/config.h"
+#include "engine/capture_tap.h"
 #include "engine/fault_stage.h"
 #include "engine/mcast.h"
 #include "engine/neighbor.h"
@@ -119,6 +121,9 @@ struct Worker final : transport::TransportEnv {
   // went through it already (frames the link did not take wait in tx).
   std::unique_ptr<FaultStage> fault;
   size_t tx_judged = 0;
+  // The live capture's tap (lab/capture.h, Device::StartCapture); nullptr
+  // while none runs, or once it has ended.
+  std::unique_ptr<CaptureTap> capture;
   // Copies of multicast frames sent on a link that does not return them
   // (every link but the internal loopback), for LoopBackMulticast.
   std::vector<rte_mbuf*> mcast_loop;
@@ -217,6 +222,14 @@ class Device final : public Session {
   // The fault rules' counters, summed over the workers (DROCE_STATS at
   // close); empty without rules.
   std::vector<std::string> FaultReport() override;
+  // The lab's packet capture (lab/capture.h) on this device's link, started
+  // and stopped while the workers run (installed with them stopped for a
+  // moment). One at a time: FailedPrecondition while one runs.
+  absl::Status StartCapture(const lab::CaptureOptions& o);
+  // NotFound without one. Returns what it wrote; the file is closed.
+  absl::StatusOr<lab::CaptureStatus> StopCapture();
+  // The running (or ended, not yet stopped) capture's state.
+  std::optional<lab::CaptureStatus> CaptureState();
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the
@@ -316,6 +329,8 @@ class Device final : public Session {
   };
   Device() = default;
   static uint64_t NowNs();
+  std::mutex capture_mu_;  // over capture_ (control threads)
+  std::shared_ptr<lab::Capture> capture_;
   absl::Status Start(const Config& cfg);
   transport::PortAddr TransportPort() const;
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);

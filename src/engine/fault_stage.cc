@@ -5,6 +5,7 @@
 #include <rte_mbuf.h>
 
 #include "absl/strings/str_cat.h"
+#include "engine/capture_tap.h"
 #include "lab/roce_peek.h"
 
 namespace droce::engine {
@@ -65,14 +66,16 @@ bool FaultStage::Hold(lab::HoldQueue<rte_mbuf*>& q, rte_mbuf* m, const lab::Deci
   return false;
 }
 
-void FaultStage::OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns) {
+void FaultStage::OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns, CaptureTap* tap) {
   std::vector<rte_mbuf*>& v = *tx;
   size_t out = from;
   copies_.clear();
   for (size_t i = from; i < v.size(); ++i) {
     rte_mbuf* m = v[i];
     lab::Decision d;
-    if (!Judge(m, lab::kTx, now_ns, &d) || d.passes()) {
+    const bool judged = Judge(m, lab::kTx, now_ns, &d);
+    if (tap != nullptr) [[unlikely]] tap->Add(lab::Capture::kTxEngine, m, judged ? &d : nullptr);
+    if (!judged || d.passes()) {
       v[out++] = m;
       tx_hold_.Passed(1);
       continue;
@@ -90,6 +93,7 @@ void FaultStage::OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns) 
     v[out++] = m;
     tx_hold_.Passed(1);
   }
+  if (tap != nullptr) [[unlikely]] tap->Commit(lab::Capture::kTxEngine);
   v.resize(out);
   for (rte_mbuf* c : copies_) {
     v.push_back(c);
@@ -98,12 +102,14 @@ void FaultStage::OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns) 
   tx_hold_.Release(now_ns, [&v](rte_mbuf* m) { v.push_back(m); });
 }
 
-uint16_t FaultStage::OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns) {
+uint16_t FaultStage::OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns, CaptureTap* tap) {
   uint16_t out = 0;
   for (uint16_t i = 0; i < n; ++i) {
     rte_mbuf* m = rx[i];
     lab::Decision d;
-    if (!Judge(m, lab::kRx, now_ns, &d) || d.passes()) {
+    const bool judged = Judge(m, lab::kRx, now_ns, &d);
+    if (tap != nullptr) [[unlikely]] tap->Add(lab::Capture::kRxWire, m, judged ? &d : nullptr);
+    if (!judged || d.passes()) {
       rx[out++] = m;
       rx_hold_.Passed(1);
       continue;
@@ -126,6 +132,7 @@ uint16_t FaultStage::OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns) {
     rx[out++] = m;
     rx_hold_.Passed(1);
   }
+  if (tap != nullptr) [[unlikely]] tap->Commit(lab::Capture::kRxWire);
   return out;
 }
 

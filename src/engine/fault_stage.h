@@ -23,6 +23,8 @@ struct rte_mempool;
 
 namespace droce::engine {
 
+class CaptureTap;
+
 class FaultStage {
  public:
   // Frames held per direction at most; more are let go as they are
@@ -33,11 +35,12 @@ class FaultStage {
 
   // Judges (*tx)[from..] in place: dropped frames are freed, delayed ones
   // held, copies appended; then appends the held frames now due (already
-  // judged).
-  void OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns);
+  // judged). A capture's tap, if any, records each frame as judged (point
+  // "tx", before the stage acts).
+  void OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns, CaptureTap* tap);
   // Judges rx[0..n) in place and returns how many to handle now; delayed
-  // frames and copies wait for ReleaseRx.
-  uint16_t OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns);
+  // frames and copies wait for ReleaseRx. The tap records point "rx wire".
+  uint16_t OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns, CaptureTap* tap);
   // Hands the received frames now due to f(rte_mbuf*).
   template <typename F>
   void ReleaseRx(uint64_t now_ns, F&& f) {

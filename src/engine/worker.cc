@@ -350,14 +350,21 @@ bool Device::PollOnce(Worker& w) {
   // A memif client not connected yet has no started port to poll.
   uint16_t n = dead() || !dpdk_.started() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
   busy |= n > 0;
-  // The lab's fault stage, receive side (fault_stage.h): one branch when off.
-  if (w.fault != nullptr) [[unlikely]] n = w.fault->OnRx(rx, n, NowNs());
+  // The lab's fault stage and capture, receive side (fault_stage.h,
+  // capture_tap.h): one branch each when off.
+  CaptureTap* const tap = w.capture.get();
+  if (w.fault != nullptr) [[unlikely]] n = w.fault->OnRx(rx, n, NowNs(), tap);
+  if (tap != nullptr) [[unlikely]] tap->Frames(lab::Capture::kRxEngine, rx, n);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
     HandleFrame(w, rx[i], /*handed=*/false);
   }
   if (w.fault != nullptr) [[unlikely]] {
-    w.fault->ReleaseRx(NowNs(), [this, &w](rte_mbuf* m) { HandleFrame(w, m, /*handed=*/false); });
+    w.fault->ReleaseRx(NowNs(), [this, &w, tap](rte_mbuf* m) {
+      if (tap != nullptr) [[unlikely]] tap->Add(lab::Capture::kRxEngine, m);
+      HandleFrame(w, m, /*handed=*/false);
+    });
+    if (tap != nullptr) [[unlikely]] tap->Commit(lab::Capture::kRxEngine);
   }
   if (w.inbox != nullptr) {
     n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(w.inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
@@ -404,6 +411,8 @@ bool Device::PollOnce(Worker& w) {
   // The workers handed frames this turn look at their inbox now.
   for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
   w.handoff_targets = 0;
+  // A capture that reached its bounds costs nothing more.
+  if (tap != nullptr && !tap->live()) [[unlikely]] w.capture.reset();
   return busy;
 }
 
@@ -749,8 +758,17 @@ const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh
 void Device::FlushTx(Worker& w) {
   if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
   // The lab's fault stage, transmit side (fault_stage.h): the frames queued
-  // since the last flush, then the held ones now due.
-  if (w.fault != nullptr) [[unlikely]] w.fault->OnTx(&w.tx, w.tx_judged, NowNs());
+  // since the last flush, then the held ones now due. The capture records
+  // them as the engine sent them and as they go to the link (not after
+  // tx_burst: the link may own the mbufs by then).
+  const size_t from = w.tx_judged;
+  CaptureTap* const tap = w.capture.get();
+  if (w.fault != nullptr) [[unlikely]] {
+    w.fault->OnTx(&w.tx, from, NowNs(), tap);
+    if (tap != nullptr) [[unlikely]] tap->Frames(lab::Capture::kTxWire, w.tx.data() + from, w.tx.size() - from);
+  } else if (tap != nullptr) [[unlikely]] {
+    tap->Frames(lab::Capture::kTxEngine, w.tx.data() + from, w.tx.size() - from);
+  }
   const uint16_t n = static_cast<uint16_t>(std::min<size_t>(w.tx.size(), UINT16_MAX));
   uint16_t done = 0;
   for (int tries = 0; done < n && tries < 4; ++tries) {

@@ -41,15 +41,17 @@ bool FaultEngine::Matches(const FaultRule& r, const PacketInfo& p) {
 Decision FaultEngine::Decide(const PacketInfo& p) {
   if (!started_) Start(p.now_ns);
   Decision d;
-  for (State& s : rules_) {
+  d.at_ns = p.now_ns;
+  for (size_t i = 0; i < rules_.size(); ++i) {
+    State& s = rules_[i];
     if (!Matches(s.rule, p)) continue;
-    Apply(s, p, &d);
+    Apply(s, static_cast<uint16_t>(i + 1), p, &d);
     if (d.drop) break;
   }
   return d;
 }
 
-void FaultEngine::Apply(State& s, const PacketInfo& p, Decision* d) {
+void FaultEngine::Apply(State& s, uint16_t number, const PacketInfo& p, Decision* d) {
   const FaultRule& r = s.rule;
   RuleCounters& c = s.counters;
   ++c.matched;
@@ -60,6 +62,7 @@ void FaultEngine::Apply(State& s, const PacketInfo& p, Decision* d) {
     if (in_window && in_count) {
       ++c.dropped;
       d->drop = true;
+      d->drop_rule = number;
       return;
     }
   }
@@ -67,16 +70,19 @@ void FaultEngine::Apply(State& s, const PacketInfo& p, Decision* d) {
   if (s.loss.active() && s.loss.Lost(s.rng)) {
     ++c.dropped;
     d->drop = true;
+    d->drop_rule = number;
     return;
   }
   if (r.corrupt_p > 0 && s.corrupt_u.Next(s.rng) < r.corrupt_p) {
     ++c.corrupted;
     d->corrupt = true;
+    d->corrupt_rule = number;
     d->corrupt_salt = static_cast<uint32_t>(s.rng.Next());
   }
   if (r.duplicate_p > 0 && s.dup_u.Next(s.rng) < r.duplicate_p) {
     ++c.duplicated;
     d->duplicate = true;
+    d->duplicate_rule = number;
   }
   bool reordered = false;
   if (r.has_reorder) {
@@ -98,7 +104,10 @@ void FaultEngine::Apply(State& s, const PacketInfo& p, Decision* d) {
       d->release_ns = std::max(d->release_ns, p.now_ns + kReorderHoldMaxNs);
     }
   }
-  if (reordered) ++c.reordered;
+  if (reordered) {
+    ++c.reordered;
+    d->reorder_rule = number;
+  }
   uint64_t release = 0;
   if (s.delay.active()) {
     const uint64_t delay = s.delay.Sample(s.rng);  // drawn even when reordered: decisions stay aligned
@@ -114,6 +123,7 @@ void FaultEngine::Apply(State& s, const PacketInfo& p, Decision* d) {
   }
   if (release > p.now_ns) {
     ++c.delayed;
+    if (release >= d->release_ns) d->delay_rule = number;
     d->release_ns = std::max(d->release_ns, release);
   }
 }

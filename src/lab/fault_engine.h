@@ -44,6 +44,10 @@ struct Decision {
   uint32_t hold_packets = 0;
   // Which byte to flip and how (the stage picks a byte in the ICRC from it).
   uint32_t corrupt_salt = 0;
+  // Which rule (1-based; the last one to act) did each, for the capture's
+  // comments; and when the decision was taken (the packet's now_ns).
+  uint16_t drop_rule = 0, corrupt_rule = 0, duplicate_rule = 0, delay_rule = 0, reorder_rule = 0;
+  uint64_t at_ns = 0;
   bool passes() const { return !drop && !corrupt && !duplicate && release_ns == 0 && hold_packets == 0; }
 };
 
@@ -90,7 +94,7 @@ class FaultEngine {
     RuleCounters counters;
   };
   static bool Matches(const FaultRule& r, const PacketInfo& p);
-  void Apply(State& s, const PacketInfo& p, Decision* d);
+  void Apply(State& s, uint16_t number, const PacketInfo& p, Decision* d);
 
   std::vector<State> rules_;
   uint8_t dirs_ = 0;

@@ -19,6 +19,7 @@ struct RocePeek {
   uint32_t dqpn = 0;
   uint32_t psn = 0;
   uint32_t icrc_offset = 0;  // the ICRC's first byte from the frame's start
+  uint32_t bth_offset = 0;   // the BTH's first byte
 };
 
 // Whether `f` (len bytes, contiguous) looks like a RoCEv2 frame; fills *out.
@@ -54,6 +55,7 @@ inline bool PeekRoce(const uint8_t* f, uint32_t len, RocePeek* out) {
   out->dqpn = wire::load_be24(f + bth + 5);
   out->psn = wire::load_be24(f + bth + 9);
   out->icrc_offset = udp_end - kIcrc;
+  out->bth_offset = bth;
   return true;
 }
 

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -37,6 +38,9 @@ constexpr std::string_view kHelp =
     "  client [show [pid PID]]\n"
     "  client kill PID\n"
     "  metrics                     the Prometheus text droced serves on /metrics\n"
+    "  capture [show [dev DEV]]\n"
+    "  capture start [dev DEV] FILE [size N[k|M|G]] [files N] [count N] [snaplen N] [point engine|wire|both]\n"
+    "  capture stop [dev DEV]      pcapng of the link with a comment per frame (docs/LAB.md)\n"
     "-j: JSON (-p: pretty). Asks droced at --socket, $DROCE_DAEMON or /run/droce/droced.sock;\n"
     "--pid PID asks a program running embedded with DROCE_CTL=1. See docs/OPERATIONS.md.\n";
 
@@ -82,13 +86,16 @@ class Args {
 
 // OBJECT [show ...]: the request the engine answers.
 Request Parse(const std::vector<std::string>& words) {
-  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics; see droce ctl help)"};
+  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture; see droce ctl help)"};
   Request r;
   r.object = words[0];
   size_t i = 1;
   const bool kill = r.object == "client" && words.size() > 1 && words[1] == "kill";
-  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill)) ++i;
-  else if (i < words.size() && r.object != "metrics") {
+  const bool capture_act = r.object == "capture" && words.size() > 1 && (words[1] == "start" || words[1] == "stop");
+  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act)) ++i;
+  else if (i < words.size() && r.object == "capture") {
+    throw UsageError{"unknown command '" + words[i] + "' for 'capture' (show, start or stop)"};
+  } else if (i < words.size() && r.object != "metrics") {
     throw UsageError{"unknown command '" + words[i] + "' for '" + r.object + "' (show" +
                      (r.object == "client" ? std::string(" or kill") : std::string()) + ")"};
   }
@@ -143,11 +150,37 @@ Request Parse(const std::vector<std::string>& words) {
         else throw UsageError{"unknown filter '" + k + "' for 'client show' (pid P)"};
       }
     }
+  } else if (r.object == "capture") {
+    r.req["cmd"] = "capture";
+    r.kind = capture_act ? words[1] : "show";
+    r.req["action"] = r.kind;
+    std::string spec;
+    while (!a.done()) {
+      const std::string k = a.next();
+      if (k == "dev" || k == "link") {
+        set_dev(a.value(k));
+      } else if (r.kind == "start" && (k == "size" || k == "files" || k == "count" || k == "snaplen" || k == "point")) {
+        if (spec.empty()) throw UsageError{"'capture start' needs the FILE before '" + k + "'"};
+        const std::string v = a.value(k);
+        if (k != "size" && k != "point" && !Number(v)) throw UsageError{"'" + k + "' needs a number, not '" + v + "'"};
+        spec += "," + k + "=" + v;
+      } else if (r.kind == "start" && spec.empty()) {
+        if (k.find(',') != std::string::npos) throw UsageError{"a capture file name cannot contain ','"};
+        std::error_code ec;
+        const std::filesystem::path abs = std::filesystem::absolute(k, ec);
+        if (ec) throw UsageError{"bad capture file '" + k + "'"};
+        spec = abs.string();
+      } else {
+        throw UsageError{"unexpected argument '" + k + "' for 'capture " + r.kind + "'"};
+      }
+    }
+    if (r.kind == "start" && spec.empty()) throw UsageError{"'capture start' needs a FILE"};
+    if (r.kind == "start") r.req["spec"] = spec;
   } else if (r.object == "metrics") {
     r.req["cmd"] = "metrics";
     if (!a.done()) throw UsageError{"'metrics' takes no arguments"};
   } else {
-    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics)"};
+    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture)"};
   }
   if (!a.done()) throw UsageError{"unexpected argument '" + a.peek() + "'"};
   return r;
