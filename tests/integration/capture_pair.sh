@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# The lab's capture (src/lab/capture.h, docs/LAB.md) on live links between two
+# processes over memif:
+#
+#   1. From the start (DROCE_CAPTURE): ibv_rc_pingpong -c, the server's engine
+#      losing 3 % of its frames each way (rules 1 and 2) and capturing before and after its
+#      fault stage (point=both), the client capturing what it sends and
+#      receives. tshark reads both files; on the server every frame the rule
+#      dropped is in "droce0 tx" (or "droce0 rx wire") with the comment
+#      "dropped by rule 1" (2) and missing from the other side of the stage, their
+#      number is the rule's own count; the client's retransmissions are
+#      commented; droce pcap-check accepts every ICRC.
+#   2. While it runs (`droce ctl --pid P capture ...`, DROCE_CTL=1): ib_send_bw
+#      with a capture of exactly 500 frames that ends by itself, a ring of two
+#      64 KiB files, and the refusals (no file, bad size, a second capture).
+#
+# usage: capture_pair.sh LAUNCHER IBV_RC_PINGPONG IB_SEND_BW
+# Exit 77 (skip) if a program is not installed.
+set -u
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LAUNCHER IBV_RC_PINGPONG IB_SEND_BW" >&2
+  exit 2
+fi
+launcher=$1
+pingpong=$2
+send_bw=$3
+for p in "$pingpong" "$send_bw" tshark; do
+  if ! command -v "$p" >/dev/null 2>&1; then
+    echo "SKIP: '$p' not found (scripts/setup.sh installs ibverbs-utils, perftest and tshark)"
+    exit 77
+  fi
+done
+here=$(dirname "$0")
+dir=$(mktemp -d /tmp/droce-capture.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+server_pid=""
+client_pid=""
+. "$here/pair_common.sh"
+cleanup() {
+  kill_group "$client_pid"
+  kill_group "$server_pid"
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# count FILE IFACE [REGEX]: frames of interface IFACE (whose comment matches
+# REGEX) in tshark's "interface<TAB>comment" listing FILE.
+count() {
+  awk -F'\t' -v i="$2" -v re="${3:-}" '$1 == i && (re == "" || $2 ~ re) { n++ } END { print n + 0 }' "$1"
+}
+listing() {  # PCAPNG OUT
+  tshark -r "$1" -T fields -e frame.interface_name -e frame.comment >"$2" 2>"$2.err" ||
+    { cat "$2.err"; fail "tshark cannot read $1"; }
+}
+
+# 1. A capture from the start, with a fault stage.
+mkdir -p "$dir/start"
+if ! DROCE_FAULT='loss random 3%; rx loss random 3%' DROCE_STATS=1 DROCE_CAPTURE="$dir/start/server.pcapng,point=both" \
+     DROCE_TEST_CLIENT_ENV="DROCE_FAULT= DROCE_CAPTURE=$dir/start/client.pcapng" DROCE_TEST_LOG_DIR="$dir/start" \
+     bash "$here/pingpong_pair.sh" "$launcher" "$pingpong" -g 0 -n 300 -s 4096 -c; then
+  fail "rc_pingpong -c through 3 % loss with captures on both sides"
+fi
+s="$dir/start/server.txt"
+c="$dir/start/client.txt"
+listing "$dir/start/server.pcapng" "$s"
+listing "$dir/start/client.pcapng" "$c"
+tx=$(count "$s" "droce0 tx"); txw=$(count "$s" "droce0 tx wire")
+rxw=$(count "$s" "droce0 rx wire"); rx=$(count "$s" "droce0 rx")
+dtx=$(count "$s" "droce0 tx" "dropped by rule 1"); drx=$(count "$s" "droce0 rx wire" "dropped by rule 2")
+echo "[server capture] tx $tx (dropped $dtx), tx wire $txw, rx wire $rxw (dropped $drx), rx $rx"
+[ "$tx" -gt 300 ] && [ "$rxw" -gt 300 ] || fail "the server's capture has too few frames"
+[ "$dtx" -gt 0 ] && [ "$drx" -gt 0 ] || fail "no 'dropped by rule 1' (tx) or 'dropped by rule 2' (rx) comment"
+# The stage's two sides differ by exactly the frames it dropped.
+[ $(( tx - dtx )) -eq "$txw" ] || fail "tx: $tx before the stage, $dtx dropped, but $txw after it"
+[ $(( rxw - drx )) -eq "$rx" ] || fail "rx: $rxw before the stage, $drx dropped, but $rx after it"
+# The rule's own count (DROCE_STATS at close; the capture runs to exit, so it
+# may see a frame or two more).
+rule_dropped() {
+  grep -E "fault rule $1 " "$dir/start/server.log" | sed -nE 's/.*, dropped ([0-9]+).*/\1/p' | head -n1
+}
+r1=$(rule_dropped 1); r2=$(rule_dropped 2)
+[ -n "$r1" ] && [ -n "$r2" ] || { cat "$dir/start/server.log"; fail "no fault rule report from the server"; }
+reported=$(( r1 + r2 ))
+captured=$(( dtx + drx ))
+echo "[server] rules 1 and 2 dropped $r1 + $r2; the capture commented $dtx + $drx"
+[ "$captured" -ge "$reported" ] && [ $(( captured - reported )) -le 4 ] ||
+  fail "the rule dropped $reported frames, the capture says $captured"
+ctx=$(count "$c" "droce0 tx"); cre=$(count "$c" "droce0 tx" "^retransmission [0-9]+ of PSN [0-9]+$")
+crx=$(count "$c" "droce0 rx"); cnak=$(count "$c" "droce0 rx" "^NAK \\(PSN sequence error\\): expected PSN [0-9]+$")
+echo "[client capture] tx $ctx ($cre retransmissions), rx $crx ($cnak NAKs)"
+[ "$cre" -gt 0 ] || fail "the client's capture shows no retransmission"
+[ "$(count "$c" "droce0 tx wire")" -eq 0 ] || fail "a device without fault rules has a wire interface"
+for f in server client; do
+  "$launcher" pcap-check "$dir/start/$f.pcapng" >"$dir/start/$f.check" 2>&1 ||
+    { cat "$dir/start/$f.check"; fail "pcap-check refused the $f's capture"; }
+  echo "[$f] $(cat "$dir/start/$f.check")"
+done
+
+# 2. Captures started and stopped while ib_send_bw runs.
+sock="$dir/memif.sock"
+port=$(( 20000 + RANDOM % 20000 ))
+DROCE_CTL=1 timeout 60 "$launcher" exec --link "net_memif0,role=server,socket=$sock,socket-abstract=no" \
+  --ip 10.77.3.1/24 -- "$send_bw" -D 8 -p "$port" >"$dir/bw_server.log" 2>&1 &
+server_pid=$!
+start_client() {
+  timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \
+    --ip 10.77.3.2/24 -- "$send_bw" -D 8 -p "$port" 127.0.0.1 >"$1" 2>&1 &
+  last_pid=$!
+}
+pid=""
+for _ in $(seq 1 100); do
+  pid=$(pgrep -P "$(pgrep -P "$server_pid" | head -n1)" -x "$(basename "$send_bw")" 2>/dev/null | head -n1)
+  [ -z "$pid" ] && pid=$(pgrep -P "$server_pid" -x "$(basename "$send_bw")" | head -n1)
+  [ -n "$pid" ] && "$launcher" ctl --pid "$pid" capture show >/dev/null 2>&1 && break
+  pid=""
+  sleep 0.1
+done
+[ -n "$pid" ] || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not answer droce ctl"; }
+listening() {
+  awk -v p="$(printf ':%04X' "$port")" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 }
+    END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+for _ in $(seq 1 100); do
+  listening && break
+  sleep 0.1
+done
+listening || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not listen on $port"; }
+start_client "$dir/client.log"
+client_pid=$last_pid
+ctl() { "$launcher" ctl --pid "$pid" "$@"; }
+sleep 3  # traffic flowing
+ctl capture show | grep -q '^dev droce0 state off$' || fail "capture show before any: $(ctl capture show)"
+ctl capture start "$dir/count.pcapng" count 500 || fail "capture start count 500"
+out=$(ctl capture start "$dir/other.pcapng" 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [[ $out == *"is on: stop it first"* ]] || fail "a second capture: rc $rc, '$out'"
+for _ in $(seq 1 50); do
+  ctl capture show | grep -q 'state ended' && break
+  sleep 0.1
+done
+show=$(ctl -j capture show)
+echo "[capture show] $show"
+[[ $show == *'"state":"ended"'* && $show == *'"frames":500'* && $show == *'"why":"frame count reached"'* ]] ||
+  fail "the count capture did not end at 500 frames: $show"
+ctl capture stop | grep -q 'state stopped' || fail "capture stop"
+out=$(ctl capture stop 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [ "$out" = "droce ctl: no capture is on" ] || fail "stop without a capture: rc $rc, '$out'"
+n=$(tshark -r "$dir/count.pcapng" 2>/dev/null | wc -l)
+[ "$n" -eq 500 ] || fail "count.pcapng has $n frames, not 500"
+"$launcher" pcap-check "$dir/count.pcapng" >/dev/null || fail "pcap-check refused count.pcapng"
+ctl capture start "$dir/ring.pcapng" size 64k files 2 >/dev/null || fail "capture start of a ring"
+sleep 1
+ring=$(ctl capture stop)
+echo "[capture stop] $ring"
+[[ $ring =~ files\ ([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -ge 3 ] || fail "the ring did not turn: $ring"
+for f in "$dir/ring.pcapng.0" "$dir/ring.pcapng.1"; do
+  [ "$(stat -c %s "$f")" -le $(( 64 * 1024 + 70000 )) ] || fail "$f is larger than its bound"
+  tshark -r "$f" >/dev/null 2>&1 || fail "tshark cannot read $f"
+done
+[ ! -e "$dir/ring.pcapng.2" ] || fail "a ring of two files wrote a third"
+out=$(ctl capture start 2>&1); rc=$?
+[ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'capture start' needs a FILE" ] || fail "start without a file: rc $rc, '$out'"
+out=$(ctl capture start "$dir/x.pcapng" size 10 2>&1); rc=$?
+[ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'size' is at least 4096 bytes (or 0: no limit)" ] ||
+  fail "a bad size: rc $rc, '$out'"
+[ ! -e "$dir/x.pcapng" ] || fail "a refused capture created its file"
+wait "$client_pid"
+client_rc=$?
+client_pid=""
+end_server "$server_pid"
+server_pid=""
+[ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] ||
+  { cat "$dir/bw_server.log" "$dir/client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
+echo "PASS: captures from the start (stage sides differ by the $captured dropped frames, rule count $reported)" \
+  "and at run time (500-frame count, a ring of two files, refusals)"
