@@ -411,6 +411,53 @@ absl::StatusOr<Json> CaptureCmd(Host& host, const Json& req, const Filter& f, ui
   return out;
 }
 
+// `fault show|set|clear`: the fault rules of live links (lab/fault_rules.h).
+absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
+  const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
+                                                                                  : "show";
+  if (action == "set" || action == "clear") {
+    // Rules change every client's traffic: the engine's user or root.
+    if (uid != 0 && uid != geteuid()) {
+      return absl::PermissionDeniedError("fault rules change every client's traffic: only the engine's user or root may set them");
+    }
+    std::vector<lab::FaultRule> rules;
+    if (action == "set") {
+      if (!req.contains("rules") || !req["rules"].is_string() || req["rules"].get<std::string>().empty()) {
+        return Bad("'fault set' needs the rules ('fault clear' removes them)");
+      }
+      absl::StatusOr<std::vector<lab::FaultRule>> r = lab::ParseFaultRules(req["rules"].get<std::string>());
+      if (!r.ok()) return Bad(std::string(r.status().message()));
+      rules = *std::move(r);
+    }
+    ForEachDevice(host, f, [&](size_t, engine::Device& d) { d.SetFaultRules(rules); });
+  } else if (action != "show") {
+    return Bad(absl::StrCat("unknown fault action '", action, "' (show, set, clear)"));
+  }
+  Json out = Json::array();
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+    const std::vector<engine::RuleTotals> rules = d.FaultRules();
+    if (rules.empty()) {
+      Json j = DevHead(i, d);
+      j["rules"] = 0;
+      out.push_back(std::move(j));
+    }
+    for (size_t r = 0; r < rules.size(); ++r) {
+      Json j = DevHead(i, d);
+      const lab::RuleCounters& c = rules[r].counters;
+      j["rule"] = r + 1;
+      j["text"] = rules[r].text;
+      j["matched"] = c.matched;
+      j["dropped"] = c.dropped;
+      j["corrupted"] = c.corrupted;
+      j["duplicated"] = c.duplicated;
+      j["delayed"] = c.delayed;
+      j["reordered"] = c.reordered;
+      out.push_back(std::move(j));
+    }
+  });
+  return out;
+}
+
 absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   if (!req.is_object()) return Bad("a request is a JSON object");
   auto cmd_it = req.find("cmd");
@@ -444,6 +491,7 @@ absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   }
   if (cmd == "metrics") return Json(PrometheusText(host));
   if (cmd == "capture") return CaptureCmd(host, req, *f, uid);
+  if (cmd == "fault") return FaultCmd(host, req, *f, uid);
   return Bad(absl::StrCat("unknown command '", cmd, "'"));
 }
 

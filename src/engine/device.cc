@@ -877,6 +877,34 @@ std::optional<lab::CaptureStatus> Device::CaptureState() {
   return capture_->Status();
 }
 
+void Device::SetFaultRules(std::vector<lab::FaultRule> rules) {
+  const size_t n = rules.size();
+  RunOnWorker([&] {
+    const uint64_t now = NowNs();
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = *workers_[i];
+      if (w.fault != nullptr) {
+        w.fault->SetRules(rules, now);
+      } else if (!rules.empty()) {
+        w.fault = std::make_unique<FaultStage>(rules, i, dpdk_.pool(), now);
+      }
+    }
+  });
+  Log(LogLevel::kInfo, "%s: %u fault rule%s now", port_.name.c_str(), static_cast<unsigned>(n), n == 1 ? "" : "s");
+}
+
+std::vector<RuleTotals> Device::FaultRules() {
+  std::vector<RuleTotals> out;
+  RunOnWorker([&] {
+    std::vector<const FaultStage*> stages;
+    for (const auto& w : workers_) {
+      if (w->fault) stages.push_back(w->fault.get());
+    }
+    out = SumRules(stages);
+  });
+  return out;
+}
+
 std::vector<std::string> Device::FaultReport() {
   std::vector<std::string> out;
   RunOnWorker([&] {

@@ -230,6 +230,13 @@ class Device final : public Session {
   absl::StatusOr<lab::CaptureStatus> StopCapture();
   // The running (or ended, not yet stopped) capture's state.
   std::optional<lab::CaptureStatus> CaptureState();
+  // The fault rules now (droce ctl fault): replaced on every worker at once
+  // (their counters start again from 0; frames already held keep their
+  // release times). Empty: no rules (the stage goes once it holds nothing).
+  void SetFaultRules(std::vector<lab::FaultRule> rules);
+  // Each rule with its counters summed over the workers (their stages
+  // stopped for the copy).
+  std::vector<RuleTotals> FaultRules();
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the

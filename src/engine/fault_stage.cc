@@ -17,9 +17,14 @@ constexpr uint32_t kPeekBytes = 128;
 }  // namespace
 
 FaultStage::FaultStage(std::vector<lab::FaultRule> rules, uint64_t salt, rte_mempool* pool, uint64_t now_ns)
-    : engine_(std::move(rules), salt), pool_(pool) {
+    : salt_(salt), engine_(std::move(rules), salt), pool_(pool) {
   engine_.Start(now_ns);
   copies_.reserve(64);
+}
+
+void FaultStage::SetRules(std::vector<lab::FaultRule> rules, uint64_t now_ns) {
+  engine_ = lab::FaultEngine(std::move(rules), salt_);
+  engine_.Start(now_ns);
 }
 
 bool FaultStage::Judge(rte_mbuf* m, lab::Direction dir, uint64_t now_ns, lab::Decision* d) {
@@ -136,24 +141,28 @@ uint16_t FaultStage::OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns, CaptureTap
   return out;
 }
 
-std::vector<std::string> SumFaultReports(const std::vector<const FaultStage*>& stages) {
-  std::vector<std::string> out;
+std::vector<RuleTotals> SumRules(const std::vector<const FaultStage*>& stages) {
+  std::vector<RuleTotals> out;
   if (stages.empty()) return out;
   const lab::FaultEngine& first = stages[0]->engine();
+  for (size_t i = 0; i < first.rules(); ++i) {
+    RuleTotals t{first.rule(i).text, {}};
+    for (const FaultStage* s : stages) {
+      if (i < s->engine().rules()) t.counters.Add(s->engine().counters(i));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::vector<std::string> SumFaultReports(const std::vector<const FaultStage*>& stages) {
+  std::vector<std::string> out;
   uint64_t overflow = 0;
   for (const FaultStage* s : stages) overflow += s->overflow();
-  for (size_t i = 0; i < first.rules(); ++i) {
-    lab::RuleCounters c;
-    for (const FaultStage* s : stages) {
-      const lab::RuleCounters& x = s->engine().counters(i);
-      c.matched += x.matched;
-      c.dropped += x.dropped;
-      c.corrupted += x.corrupted;
-      c.duplicated += x.duplicated;
-      c.delayed += x.delayed;
-      c.reordered += x.reordered;
-    }
-    out.push_back(absl::StrCat("fault rule ", i + 1, " '", first.rule(i).text, "': matched ", c.matched,
+  const std::vector<RuleTotals> rules = SumRules(stages);
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const lab::RuleCounters& c = rules[i].counters;
+    out.push_back(absl::StrCat("fault rule ", i + 1, " '", rules[i].text, "': matched ", c.matched,
                                ", dropped ", c.dropped, ", corrupted ", c.corrupted, ", duplicated ", c.duplicated,
                                ", delayed ", c.delayed, ", reordered ", c.reordered));
   }

@@ -46,6 +46,9 @@ class FaultStage {
   void ReleaseRx(uint64_t now_ns, F&& f) {
     rx_hold_.Release(now_ns, f);
   }
+  // Replaces the rules (droce ctl fault set/clear): new generators and
+  // counters; frames already held keep their release times.
+  void SetRules(std::vector<lab::FaultRule> rules, uint64_t now_ns);
   bool holding() const { return !tx_hold_.empty() || !rx_hold_.empty(); }
   const lab::FaultEngine& engine() const { return engine_; }
   uint64_t overflow() const { return overflow_; }
@@ -57,6 +60,7 @@ class FaultStage {
   // Holds m per d (delay or reorder); false if the queue is full.
   bool Hold(lab::HoldQueue<rte_mbuf*>& q, rte_mbuf* m, const lab::Decision& d, uint64_t now_ns);
 
+  uint64_t salt_;
   lab::FaultEngine engine_;
   lab::HoldQueue<rte_mbuf*> tx_hold_{kMaxHeld}, rx_hold_{kMaxHeld};
   rte_mempool* pool_;
@@ -64,6 +68,14 @@ class FaultStage {
   uint64_t overflow_ = 0;
   std::vector<rte_mbuf*> copies_;
 };
+
+// Each rule's text and counters, summed over the workers' stages (which
+// have the same rules).
+struct RuleTotals {
+  std::string text;
+  lab::RuleCounters counters;
+};
+std::vector<RuleTotals> SumRules(const std::vector<const FaultStage*>& stages);
 
 // "droce: droce0 fault rule 1 '...': matched ..." lines of every worker's
 // stage, summed per rule (Device::FaultReport).

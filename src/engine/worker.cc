@@ -411,8 +411,10 @@ bool Device::PollOnce(Worker& w) {
   // The workers handed frames this turn look at their inbox now.
   for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
   w.handoff_targets = 0;
-  // A capture that reached its bounds costs nothing more.
+  // A capture that reached its bounds costs nothing more, nor a fault stage
+  // whose rules were cleared (droce ctl fault clear) once it holds nothing.
   if (tap != nullptr && !tap->live()) [[unlikely]] w.capture.reset();
+  if (w.fault != nullptr && w.fault->engine().rules() == 0 && !w.fault->holding()) [[unlikely]] w.fault.reset();
   return busy;
 }
 

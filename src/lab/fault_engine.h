@@ -59,6 +59,14 @@ struct RuleCounters {
   uint64_t duplicated = 0;  // sent (delivered) twice
   uint64_t delayed = 0;     // held until a later time (delay, rate)
   uint64_t reordered = 0;   // sent out of order (reorder)
+  void Add(const RuleCounters& x) {
+    matched += x.matched;
+    dropped += x.dropped;
+    corrupted += x.corrupted;
+    duplicated += x.duplicated;
+    delayed += x.delayed;
+    reordered += x.reordered;
+  }
 };
 
 // A reordered packet without a delay waits at most this long for its gap.

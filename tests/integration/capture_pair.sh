@@ -13,6 +13,9 @@
 #   2. While it runs (`droce ctl --pid P capture ...`, DROCE_CTL=1): ib_send_bw
 #      with a capture of exactly 500 frames that ends by itself, a ring of two
 #      64 KiB files, and the refusals (no file, bad size, a second capture).
+#   3. Fault rules set and cleared while it runs (`droce ctl fault`): 1 % rx loss
+#      counted by `fault show` near 1 %, the drops in a capture taken meanwhile,
+#      no rules after `fault clear`, a bad rule refused with its reason.
 #
 # usage: capture_pair.sh LAUNCHER IBV_RC_PINGPONG IB_SEND_BW
 # Exit 77 (skip) if a program is not installed.
@@ -106,11 +109,11 @@ done
 sock="$dir/memif.sock"
 port=$(( 20000 + RANDOM % 20000 ))
 DROCE_CTL=1 timeout 60 "$launcher" exec --link "net_memif0,role=server,socket=$sock,socket-abstract=no" \
-  --ip 10.77.3.1/24 -- "$send_bw" -D 8 -p "$port" >"$dir/bw_server.log" 2>&1 &
+  --ip 10.77.3.1/24 -- "$send_bw" -D 12 -p "$port" >"$dir/bw_server.log" 2>&1 &
 server_pid=$!
 start_client() {
   timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \
-    --ip 10.77.3.2/24 -- "$send_bw" -D 8 -p "$port" 127.0.0.1 >"$1" 2>&1 &
+    --ip 10.77.3.2/24 -- "$send_bw" -D 12 -p "$port" 127.0.0.1 >"$1" 2>&1 &
   last_pid=$!
 }
 pid=""
@@ -169,6 +172,40 @@ out=$(ctl capture start "$dir/x.pcapng" size 10 2>&1); rc=$?
 [ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'size' is at least 4096 bytes (or 0: no limit)" ] ||
   fail "a bad size: rc $rc, '$out'"
 [ ! -e "$dir/x.pcapng" ] || fail "a refused capture created its file"
+
+# 3. Fault rules changed while it runs, and captured with their comments.
+out=$(ctl fault show)
+[ "$out" = "dev droce0 rules 0" ] || fail "fault show without rules: '$out'"
+ctl fault set rx loss random 1% >/dev/null || fail "fault set"
+sleep 1
+show=$(ctl -j fault show)
+echo "[fault show] $show"
+[[ $show =~ \"matched\":([0-9]+),\"dropped\":([0-9]+) ]] || fail "fault show: $show"
+matched=${BASH_REMATCH[1]}; dropped=${BASH_REMATCH[2]}
+[ "$dropped" -gt 0 ] && [ $(( dropped * 100 )) -ge $(( matched / 2 )) ] && [ $(( dropped * 100 )) -le $(( matched * 2 )) ] ||
+  fail "1 % loss set live dropped $dropped of $matched"
+ctl capture start "$dir/fault.pcapng" count 3000 point both >/dev/null || fail "capture start with rules on"
+for _ in $(seq 1 50); do
+  ctl capture show | grep -q 'state ended' && break
+  sleep 0.1
+done
+ctl capture stop >/dev/null || fail "capture stop (fault)"
+listing "$dir/fault.pcapng" "$dir/fault.txt"
+ld=$(count "$dir/fault.txt" "droce0 rx wire" "^dropped by rule 1")
+lw=$(count "$dir/fault.txt" "droce0 rx wire"); le=$(count "$dir/fault.txt" "droce0 rx")
+echo "[live capture] rx wire $lw (dropped $ld), rx $le"
+[ "$ld" -gt 0 ] || fail "a capture under a live rule shows no drop"
+# The capture ends mid-burst: the last burst's engine side may be missing.
+[ $(( lw - ld - le )) -ge 0 ] && [ $(( lw - ld - le )) -le 32 ] ||
+  fail "rx: $lw before the stage, $ld dropped, $le after it"
+ctl fault clear >/dev/null || fail "fault clear"
+out=$(ctl fault show)
+[ "$out" = "dev droce0 rules 0" ] || fail "fault show after clear: '$out'"
+out=$(ctl fault set 'loss randum 1%' 2>&1); rc=$?
+[ "$rc" -eq 2 ] && [[ $out == *"unknown loss model 'randum'"* ]] || fail "a bad rule: rc $rc, '$out'"
+out=$(ctl fault frob 2>&1); rc=$?
+[ "$rc" -eq 2 ] || fail "fault frob: rc $rc, '$out'"
+
 wait "$client_pid"
 client_rc=$?
 client_pid=""
@@ -177,4 +214,4 @@ server_pid=""
 [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] ||
   { cat "$dir/bw_server.log" "$dir/client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
 echo "PASS: captures from the start (stage sides differ by the $captured dropped frames, rule count $reported)" \
-  "and at run time (500-frame count, a ring of two files, refusals)"
+  "and at run time (500-frame count, a ring of two files, refusals); live fault rules ($dropped of $matched)"

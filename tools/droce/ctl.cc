@@ -41,6 +41,9 @@ constexpr std::string_view kHelp =
     "  capture [show [dev DEV]]\n"
     "  capture start [dev DEV] FILE [size N[k|M|G]] [files N] [count N] [snaplen N] [point engine|wire|both]\n"
     "  capture stop [dev DEV]      pcapng of the link with a comment per frame (docs/LAB.md)\n"
+    "  fault [show [dev DEV]]      the fault rules of the links and their counters\n"
+    "  fault set [dev DEV] RULES   replace them (DROCE_FAULT's syntax, docs/LAB.md)\n"
+    "  fault clear [dev DEV]\n"
     "-j: JSON (-p: pretty). Asks droced at --socket, $DROCE_DAEMON or /run/droce/droced.sock;\n"
     "--pid PID asks a program running embedded with DROCE_CTL=1. See docs/OPERATIONS.md.\n";
 
@@ -86,15 +89,18 @@ class Args {
 
 // OBJECT [show ...]: the request the engine answers.
 Request Parse(const std::vector<std::string>& words) {
-  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture; see droce ctl help)"};
+  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture, fault; see droce ctl help)"};
   Request r;
   r.object = words[0];
   size_t i = 1;
   const bool kill = r.object == "client" && words.size() > 1 && words[1] == "kill";
   const bool capture_act = r.object == "capture" && words.size() > 1 && (words[1] == "start" || words[1] == "stop");
-  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act)) ++i;
+  const bool fault_act = r.object == "fault" && words.size() > 1 && (words[1] == "set" || words[1] == "clear");
+  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act || fault_act)) ++i;
   else if (i < words.size() && r.object == "capture") {
     throw UsageError{"unknown command '" + words[i] + "' for 'capture' (show, start or stop)"};
+  } else if (i < words.size() && r.object == "fault") {
+    throw UsageError{"unknown command '" + words[i] + "' for 'fault' (show, set or clear)"};
   } else if (i < words.size() && r.object != "metrics") {
     throw UsageError{"unknown command '" + words[i] + "' for '" + r.object + "' (show" +
                      (r.object == "client" ? std::string(" or kill") : std::string()) + ")"};
@@ -176,11 +182,26 @@ Request Parse(const std::vector<std::string>& words) {
     }
     if (r.kind == "start" && spec.empty()) throw UsageError{"'capture start' needs a FILE"};
     if (r.kind == "start") r.req["spec"] = spec;
+  } else if (r.object == "fault") {
+    r.req["cmd"] = "fault";
+    r.kind = fault_act ? words[1] : "show";
+    r.req["action"] = r.kind;
+    if (!a.done() && a.peek() == "dev") {
+      a.next();
+      set_dev(a.value("dev"));
+    }
+    if (r.kind == "set") {
+      // The rest is the rules, as one would write DROCE_FAULT.
+      std::string rules;
+      while (!a.done()) rules += (rules.empty() ? "" : " ") + a.next();
+      if (rules.empty()) throw UsageError{"'fault set' needs the rules ('fault clear' removes them)"};
+      r.req["rules"] = rules;
+    }
   } else if (r.object == "metrics") {
     r.req["cmd"] = "metrics";
     if (!a.done()) throw UsageError{"'metrics' takes no arguments"};
   } else {
-    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture)"};
+    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture, fault)"};
   }
   if (!a.done()) throw UsageError{"unexpected argument '" + a.peek() + "'"};
   return r;
