@@ -411,6 +411,57 @@ absl::StatusOr<Json> CaptureCmd(Host& host, const Json& req, const Filter& f, ui
   return out;
 }
 
+Json TraceRow(size_t index, const engine::Device& d, const std::optional<lab::TraceStatus>& st, bool stopped = false) {
+  Json j = DevHead(index, d);
+  if (!st) {
+    j["state"] = "off";
+    return j;
+  }
+  j["state"] = stopped ? "stopped" : st->failed ? "failed" : "running";
+  j["options"] = st->text;
+  j["events"] = st->events;
+  j["dropped"] = st->dropped;
+  j["bytes"] = st->bytes;
+  return j;
+}
+
+// `trace start|stop|show`: the per-QP event trace (lab/trace.h).
+absl::StatusOr<Json> TraceCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
+  const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
+                                                                                  : "show";
+  Json out = Json::array();
+  if (action == "show") {
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) { out.push_back(TraceRow(i, d, d.TraceState())); });
+    return out;
+  }
+  if (action == "stop") {
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+      absl::StatusOr<lab::TraceStatus> st = d.StopTrace();
+      if (st.ok()) out.push_back(TraceRow(i, d, *st, /*stopped=*/true));
+    });
+    if (out.empty()) return absl::NotFoundError(f.dev.empty() ? "no trace is on" : absl::StrCat("no trace on ", f.dev));
+    return out;
+  }
+  if (action != "start") return Bad(absl::StrCat("unknown trace action '", action, "' (start, stop, show)"));
+  if (uid != 0 && uid != geteuid()) {
+    return absl::PermissionDeniedError("a trace writes files as the engine's user: only that user or root may start one");
+  }
+  if (!req.contains("spec") || !req["spec"].is_string()) return Bad("'trace start' needs a 'spec' (PATH[,format=...])");
+  absl::StatusOr<lab::TraceOptions> o = lab::ParseTraceSpec(req["spec"].get<std::string>());
+  if (!o.ok()) return Bad(std::string(o.status().message()));
+  if (o->path.empty() || o->path[0] != '/') return Bad("the trace file must be an absolute path");
+  absl::Status err = absl::OkStatus();
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+    if (!err.ok()) return;
+    lab::TraceOptions mine = *o;
+    if (f.dev.empty() && i > 0) mine.path = lab::DevicePath(mine.path, d.port().name);
+    err = d.StartTrace(mine);
+    if (err.ok()) out.push_back(TraceRow(i, d, d.TraceState()));
+  });
+  if (!err.ok()) return err;
+  return out;
+}
+
 // `fault show|set|clear`: the fault rules of live links (lab/fault_rules.h).
 absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
   const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
@@ -492,6 +543,7 @@ absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   if (cmd == "metrics") return Json(PrometheusText(host));
   if (cmd == "capture") return CaptureCmd(host, req, *f, uid);
   if (cmd == "fault") return FaultCmd(host, req, *f, uid);
+  if (cmd == "trace") return TraceCmd(host, req, *f, uid);
   return Bad(absl::StrCat("unknown command '", cmd, "'"));
 }
 

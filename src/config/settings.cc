@@ -174,6 +174,12 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
       g.capture = *std::move(o);
       return absl::OkStatus();
     }
+    case Setting::kTrace: {
+      absl::StatusOr<lab::TraceOptions> o = lab::ParseTraceSpec(v);
+      if (!o.ok()) return o.status();
+      g.trace = *std::move(o);
+      return absl::OkStatus();
+    }
   }
   return absl::InternalError("unknown setting");
 }

@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "lab/capture.h"
 #include "lab/fault_rules.h"
+#include "lab/trace.h"
 #include "wire/frame.h"
 
 namespace droce::config {
@@ -72,6 +73,9 @@ struct GlobalSettings {
   // DROCE_CAPTURE: a pcapng capture of every device's link from the start
   // (lab/capture.h: "PATH[,size=N,files=N,count=N,snaplen=N,point=P]").
   std::optional<lab::CaptureOptions> capture;
+  // DROCE_TRACE: the per-QP event trace from the start (lab/trace.h:
+  // "PATH[,format=json|csv,qp=N,ring=N]").
+  std::optional<lab::TraceOptions> trace;
   // DROCE_LATENCY=1: post-to-completion latency histograms per QP and
   // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
   // records it at completion.
@@ -123,8 +127,9 @@ enum class Setting : uint8_t {
   kLatency,
   kWatch,
   kCapture,
+  kTrace,
 };
-inline constexpr size_t kNumSettings = 20;
+inline constexpr size_t kNumSettings = 21;
 
 struct SettingInfo {
   Setting setting;
@@ -156,6 +161,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kLatency, "DROCE_LATENCY", "latency", false},
     {Setting::kWatch, "DROCE_WATCH_US", nullptr, false},
     {Setting::kCapture, "DROCE_CAPTURE", "capture", false},
+    {Setting::kTrace, "DROCE_TRACE", "trace", false},
 }};
 
 // kSettings is indexed by Setting.

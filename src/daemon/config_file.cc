@@ -64,6 +64,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"ctl", Setting::kCtl, Kind::kBool},
     {"fault", Setting::kFault, Kind::kString},
     {"capture", Setting::kCapture, Kind::kString},
+    {"trace", Setting::kTrace, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -111,6 +111,41 @@ void Device::WorkerMain(Config cfg, std::promise<absl::Status>* started) {
   if (s.ok()) Loop(*workers_[0]);
 }
 
+namespace {
+
+// A process that exits with a trace on (the usual end of DROCE_TRACE) gets
+// its last events written: the device, and so the trace, is never
+// destroyed.
+void FlushTracesAtExit() {
+  for (int i = 0; i < config::kMaxDevices; ++i) {
+    if (Device* d = Device::Started(i)) {
+      if (std::optional<lab::TraceStatus> st = d->TraceState(); st && st->dropped != 0) {
+        Log(LogLevel::kWarning, "%s: trace %s lost %llu events to a full ring (ring=N is larger)",
+            d->port().name.c_str(), st->text.c_str(), static_cast<unsigned long long>(st->dropped));
+      }
+    }
+  }
+}
+
+void FlushTracesAtExitOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(FlushTracesAtExit); });
+}
+
+}  // namespace
+
+namespace {
+
+// What turns the engine's CLOCK_MONOTONIC into ns since the epoch.
+int64_t EpochOffsetNs() {
+  timespec r{}, m{};
+  clock_gettime(CLOCK_REALTIME, &r);
+  clock_gettime(CLOCK_MONOTONIC, &m);
+  return (int64_t{r.tv_sec} - int64_t{m.tv_sec}) * 1'000'000'000 + (int64_t{r.tv_nsec} - int64_t{m.tv_nsec});
+}
+
+}  // namespace
+
 absl::Status Device::Setup(const Config& cfg) {
   // EAL makes the calling thread its main lcore, so droce0's worker 0 brings
   // it up; the other workers and devices are plain threads on the same EAL.
@@ -206,6 +241,16 @@ absl::Status Device::Setup(const Config& cfg) {
     capture_ = *std::move(c);
     for (const auto& w : workers_) w->capture = std::make_unique<CaptureTap>(capture_);
   }
+  // DROCE_TRACE: the event trace of every QP from the first.
+  if (cfg.trace) {
+    lab::TraceOptions o = *cfg.trace;
+    if (cfg.index > 0) o.path = lab::DevicePath(o.path, port_.name);
+    absl::StatusOr<std::unique_ptr<lab::Trace>> t =
+        lab::Trace::Start(o, port_.name, static_cast<int>(workers_.size()), EpochOffsetNs());
+    if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("DROCE_TRACE: ", t.status().message()));
+    trace_ = *std::move(t);
+    FlushTracesAtExitOnce();
+  }
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
   // announcements neighbours use to refresh stale entries for us.
   subnet_mask_ = cfg.prefix_len == 0 ? 0 : ~0u << (32 - cfg.prefix_len);
@@ -241,6 +286,7 @@ absl::Status Device::Setup(const Config& cfg) {
   if (cfg.workers > 1) absl::StrAppend(&extra, ", ", cfg.workers, " workers");
   if (!cfg.fault.empty()) absl::StrAppend(&extra, ", ", cfg.fault.size(), " fault rule", cfg.fault.size() == 1 ? "" : "s");
   if (capture_ != nullptr) absl::StrAppend(&extra, ", capture to ", capture_->Status().file);
+  if (trace_ != nullptr) absl::StrAppend(&extra, ", trace to ", trace_->Status().text);
   if (!cfg.worker_cpus.empty()) {
     absl::StrAppend(&extra, cfg.workers > 1 ? ", workers on CPUs " : ", worker on CPU ");
     for (size_t i = 0; i < cfg.worker_cpus.size(); ++i) absl::StrAppend(&extra, i ? "," : "", cfg.worker_cpus[i]);
@@ -548,6 +594,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.port = TransportPort();
     init.measure_latency = measure_latency_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
+    if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;
     ++owner->qps;
     entry->pd = a.pd;
@@ -903,6 +950,51 @@ std::vector<RuleTotals> Device::FaultRules() {
     out = SumRules(stages);
   });
   return out;
+}
+
+void Device::SetQpTraceSinks() {
+  for (auto& [qpn, e] : qps_) {
+    e->qp->SetTrace(trace_ != nullptr ? trace_->SinkFor(qpn, e->owner->index) : nullptr);
+  }
+}
+
+absl::Status Device::StartTrace(const lab::TraceOptions& o) {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  if (trace_ != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("a trace of ", port_.name, " (", trace_->Status().text,
+                                                      ") is on: stop it first"));
+  }
+  absl::StatusOr<std::unique_ptr<lab::Trace>> t =
+      lab::Trace::Start(o, port_.name, static_cast<int>(workers_.size()), EpochOffsetNs());
+  if (!t.ok()) return t.status();
+  RunOnWorker([&] {
+    trace_ = *std::move(t);
+    SetQpTraceSinks();
+  });
+  FlushTracesAtExitOnce();
+  Log(LogLevel::kInfo, "%s: trace to %s started", port_.name.c_str(), o.text.c_str());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<lab::TraceStatus> Device::StopTrace() {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  if (trace_ == nullptr) return absl::NotFoundError(absl::StrCat("no trace on ", port_.name));
+  std::unique_ptr<lab::Trace> t;
+  RunOnWorker([&] {
+    t = std::move(trace_);
+    SetQpTraceSinks();
+  });
+  lab::TraceStatus st = t->Status();
+  t.reset();  // the last events written, the file closed
+  Log(LogLevel::kInfo, "%s: trace to %s stopped: %llu events (%llu lost)", port_.name.c_str(), st.text.c_str(),
+      static_cast<unsigned long long>(st.events), static_cast<unsigned long long>(st.dropped));
+  return st;
+}
+
+std::optional<lab::TraceStatus> Device::TraceState() {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  if (trace_ == nullptr) return std::nullopt;
+  return trace_->Status();
 }
 
 std::vector<std::string> Device::FaultReport() {

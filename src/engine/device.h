@@ -36,6 +36,7 @@
 #include "engine/config.h"
 #include "engine/capture_tap.h"
 #include "engine/fault_stage.h"
+#include "lab/trace.h"
 #include "engine/mcast.h"
 #include "engine/neighbor.h"
 #include "io/dpdk_port.h"
@@ -237,6 +238,12 @@ class Device final : public Session {
   // Each rule with its counters summed over the workers (their stages
   // stopped for the copy).
   std::vector<RuleTotals> FaultRules();
+  // The per-QP event trace (lab/trace.h): every QP of the device (or the
+  // one its filter names), started and stopped while traffic runs. One at a
+  // time: FailedPrecondition while one runs; NotFound to stop none.
+  absl::Status StartTrace(const lab::TraceOptions& o);
+  absl::StatusOr<lab::TraceStatus> StopTrace();
+  std::optional<lab::TraceStatus> TraceState();
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the
@@ -338,6 +345,10 @@ class Device final : public Session {
   static uint64_t NowNs();
   std::mutex capture_mu_;  // over capture_ (control threads)
   std::shared_ptr<lab::Capture> capture_;
+  std::mutex trace_mu_;  // over changes of trace_ (read by CreateQp under RunOnWorker)
+  std::unique_ptr<lab::Trace> trace_;
+  // Hands every QP its sink of trace_ (or none); workers stopped.
+  void SetQpTraceSinks();
   absl::Status Start(const Config& cfg);
   transport::PortAddr TransportPort() const;
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);

@@ -111,6 +111,7 @@ void Qp::CompleteHeadWithError(uint8_t status) {
 
 // Rewinds the requester so that the next packet sent has PSN `psn`.
 void Qp::GoBackTo(uint32_t psn) {
+  Trace(TraceKind::kRetransmit, 0, psn);
   // WQEs sq_comp_ .. sq_send_ - 1 are fully sent; sq_send_ is partly sent
   // when send_pkt_ != 0.
   const uint32_t end = send_pkt_ != 0 ? sq_send_ + 1 : sq_send_;
@@ -263,10 +264,12 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       retries_left_ = attr_.retry_cnt;
       rnr_retries_left_ = attr_.rnr_retry;
       last_progress_ns_ = env_->NowNs();
+      Trace(TraceKind::kAck, pkt.bth.opcode, psn, aeth.msn);
       break;
     }
     case wire::AckType::kRnrNak: {
       Count(QpCounter::rcvd_rnr_err);
+      Trace(TraceKind::kRnr, pkt.bth.opcode, psn, aeth.value());
       CompleteUpTo(psn);
       unacked_psn_ = psn;
       if (attr_.rnr_retry != 7) {  // 7 means retry forever (IBA 9.7.5.2.8)
@@ -283,6 +286,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       break;
     }
     case wire::AckType::kNak: {
+      Trace(TraceKind::kNak, pkt.bth.opcode, psn, aeth.value());
       CompleteUpTo(psn);
       if (attr_.state == QpState::kErr) return;
       unacked_psn_ = psn;
@@ -325,6 +329,7 @@ void Qp::OnTimer(uint64_t now) {
   const uint64_t timeout_ns = 4096ull << attr_.timeout;  // 4.096 µs × 2^timeout
   if (now - last_progress_ns_ < timeout_ns) return;
   Count(QpCounter::completer_retry_err);
+  Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
   if (retries_left_ == 0) {
     Count(QpCounter::retry_exceeded_err);
     CompleteHeadWithError(queue::wc::kRetryExcErr);

@@ -283,6 +283,7 @@ void Qp::ResetQueues() {
 }
 
 void Qp::SetState(QpState s) {
+  if (s != attr_.state) Trace(TraceKind::kState, 0, 0, static_cast<uint32_t>(s));
   attr_.state = s;
   if (state_word_ == nullptr) return;
   // S1 (seq_cst, with the fence after it): the provider's post_recv

@@ -19,6 +19,7 @@
 #include "queue/abi.h"
 #include "queue/ring.h"
 #include "transport/env.h"
+#include "transport/trace.h"
 #include "wire/frame.h"
 
 namespace droce::transport {
@@ -231,6 +232,8 @@ class Qp {
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
+  // The event trace's sink (nullptr: off). Set with the QP's worker stopped.
+  void SetTrace(TraceSink* sink) { trace_ = sink; }
   // This QP's counters (common/counters.h): on the worker, or with Peek.
   const QpCounters& counters() const { return counters_; }
   // Post-to-completion latencies (DROCE_LATENCY): by the kind of WQE;
@@ -364,6 +367,18 @@ class Qp {
   // address of that family, with the GRH fields of `av`.
   wire::Path PathTo(const wire::MacAddr& dmac, const wire::Ipv6Addr& dgid, const AddressVector& av) const;
   void Raise(QpEvent e) { events_ |= 1u << static_cast<uint8_t>(e); }
+  // The event trace (transport/trace.h): one pointer test when off.
+  void Trace(TraceKind k, uint8_t opcode, uint32_t psn, uint32_t arg = 0, uint32_t len = 0) {
+    if (trace_ != nullptr) [[unlikely]] {
+      trace_->Record({TraceClock(), qpn_, k, opcode, 0, psn, arg, len, 0});
+    }
+  }
+  // A built frame goes out: sent, counted, traced.
+  void Transmit(const TxFrame& f, uint32_t frame_len, const wire::Bth& b, uint32_t syndrome = 0) {
+    env_->SendFrame(f, frame_len);
+    Count(QpCounter::sent_pkts);
+    Trace(TraceKind::kTx, b.opcode, b.psn, syndrome, frame_len);
+  }
   // One event, in this QP's counters and in the device's.
   void Count(QpCounter c) {
     const size_t i = static_cast<size_t>(c);
@@ -389,6 +404,7 @@ class Qp {
   uint16_t ip_id_ = 0;
   uint32_t events_ = 0;
   QpCounters counters_;
+  TraceSink* trace_ = nullptr;
   bool measure_latency_ = false;
   std::unique_ptr<lab::LatencyHistogram> latency_[kNumLatClasses];
   std::atomic<const lab::LatencyHistogram*> latency_pub_[kNumLatClasses] = {};

@@ -255,8 +255,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   }
   std::memset(payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
-  env_->SendFrame(f, frame_len);
-  Count(QpCounter::sent_pkts);
+  Transmit(f, frame_len, b);
   return true;
 }
 

@@ -12,6 +12,7 @@ namespace droce::transport {
 
 void Qp::OnPacket(const wire::PacketView& pkt) {
   Count(QpCounter::rcvd_pkts);  // every packet for this QP, as rxe counts
+  Trace(TraceKind::kRx, pkt.bth.opcode, pkt.bth.psn, 0, pkt.payload_len);
   const uint32_t mask = pkt.info->mask;
   if (mask & wire::kMaskResponse) {
     OnResponse(pkt);

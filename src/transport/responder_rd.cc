@@ -111,8 +111,7 @@ bool Qp::BuildAck(const Response& r) {
   wire::write_aeth(f.data + bth_off + info.aeth, atomic ? wire::Aeth::ack(r.msn) : wire::Aeth{r.syndrome, r.msn});
   if (atomic) wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);
   wire::finish_icrc(f.data, frame_len);
-  env_->SendFrame(f, frame_len);
-  Count(QpCounter::sent_pkts);
+  Transmit(f, frame_len, b, atomic ? 0 : r.syndrome);
   return true;
 }
 
@@ -169,8 +168,7 @@ bool Qp::BuildReadResponse(Response& r) {
   if (len != 0) std::memcpy(bth + info.payload, src, len);
   std::memset(bth + info.payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
-  env_->SendFrame(f, frame_len);
-  Count(QpCounter::sent_pkts);
+  Transmit(f, frame_len, b);
   r.psn = wire::psn_add(r.psn, 1);
   r.va += len;
   r.remaining -= len;

@@ -44,6 +44,9 @@ constexpr std::string_view kHelp =
     "  fault [show [dev DEV]]      the fault rules of the links and their counters\n"
     "  fault set [dev DEV] RULES   replace them (DROCE_FAULT's syntax, docs/LAB.md)\n"
     "  fault clear [dev DEV]\n"
+    "  trace [show [dev DEV]]\n"
+    "  trace start [dev DEV] FILE [format json|csv] [qp N] [ring N]   the per-QP event trace\n"
+    "  trace stop [dev DEV]\n"
     "-j: JSON (-p: pretty). Asks droced at --socket, $DROCE_DAEMON or /run/droce/droced.sock;\n"
     "--pid PID asks a program running embedded with DROCE_CTL=1. See docs/OPERATIONS.md.\n";
 
@@ -89,16 +92,17 @@ class Args {
 
 // OBJECT [show ...]: the request the engine answers.
 Request Parse(const std::vector<std::string>& words) {
-  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture, fault; see droce ctl help)"};
+  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture, fault, trace; see droce ctl help)"};
   Request r;
   r.object = words[0];
   size_t i = 1;
   const bool kill = r.object == "client" && words.size() > 1 && words[1] == "kill";
-  const bool capture_act = r.object == "capture" && words.size() > 1 && (words[1] == "start" || words[1] == "stop");
+  const bool capture_act = (r.object == "capture" || r.object == "trace") && words.size() > 1 &&
+                           (words[1] == "start" || words[1] == "stop");
   const bool fault_act = r.object == "fault" && words.size() > 1 && (words[1] == "set" || words[1] == "clear");
   if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act || fault_act)) ++i;
-  else if (i < words.size() && r.object == "capture") {
-    throw UsageError{"unknown command '" + words[i] + "' for 'capture' (show, start or stop)"};
+  else if (i < words.size() && (r.object == "capture" || r.object == "trace")) {
+    throw UsageError{"unknown command '" + words[i] + "' for '" + r.object + "' (show, start or stop)"};
   } else if (i < words.size() && r.object == "fault") {
     throw UsageError{"unknown command '" + words[i] + "' for 'fault' (show, set or clear)"};
   } else if (i < words.size() && r.object != "metrics") {
@@ -156,8 +160,9 @@ Request Parse(const std::vector<std::string>& words) {
         else throw UsageError{"unknown filter '" + k + "' for 'client show' (pid P)"};
       }
     }
-  } else if (r.object == "capture") {
-    r.req["cmd"] = "capture";
+  } else if (r.object == "capture" || r.object == "trace") {
+    const bool trace = r.object == "trace";
+    r.req["cmd"] = r.object;
     r.kind = capture_act ? words[1] : "show";
     r.req["action"] = r.kind;
     std::string spec;
@@ -165,22 +170,26 @@ Request Parse(const std::vector<std::string>& words) {
       const std::string k = a.next();
       if (k == "dev" || k == "link") {
         set_dev(a.value(k));
-      } else if (r.kind == "start" && (k == "size" || k == "files" || k == "count" || k == "snaplen" || k == "point")) {
+      } else if (r.kind == "start" && !trace &&
+                 (k == "size" || k == "files" || k == "count" || k == "snaplen" || k == "point")) {
         if (spec.empty()) throw UsageError{"'capture start' needs the FILE before '" + k + "'"};
         const std::string v = a.value(k);
         if (k != "size" && k != "point" && !Number(v)) throw UsageError{"'" + k + "' needs a number, not '" + v + "'"};
         spec += "," + k + "=" + v;
+      } else if (r.kind == "start" && trace && (k == "format" || k == "qp" || k == "ring")) {
+        if (spec.empty()) throw UsageError{"'trace start' needs the FILE before '" + k + "'"};
+        spec += "," + k + "=" + a.value(k);
       } else if (r.kind == "start" && spec.empty()) {
-        if (k.find(',') != std::string::npos) throw UsageError{"a capture file name cannot contain ','"};
+        if (k.find(',') != std::string::npos) throw UsageError{"a " + r.object + " file name cannot contain ','"};
         std::error_code ec;
         const std::filesystem::path abs = std::filesystem::absolute(k, ec);
-        if (ec) throw UsageError{"bad capture file '" + k + "'"};
+        if (ec) throw UsageError{"bad " + r.object + " file '" + k + "'"};
         spec = abs.string();
       } else {
-        throw UsageError{"unexpected argument '" + k + "' for 'capture " + r.kind + "'"};
+        throw UsageError{"unexpected argument '" + k + "' for '" + r.object + " " + r.kind + "'"};
       }
     }
-    if (r.kind == "start" && spec.empty()) throw UsageError{"'capture start' needs a FILE"};
+    if (r.kind == "start" && spec.empty()) throw UsageError{"'" + r.object + " start' needs a FILE"};
     if (r.kind == "start") r.req["spec"] = spec;
   } else if (r.object == "fault") {
     r.req["cmd"] = "fault";
@@ -201,7 +210,7 @@ Request Parse(const std::vector<std::string>& words) {
     r.req["cmd"] = "metrics";
     if (!a.done()) throw UsageError{"'metrics' takes no arguments"};
   } else {
-    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture, fault)"};
+    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture, fault, trace)"};
   }
   if (!a.done()) throw UsageError{"unexpected argument '" + a.peek() + "'"};
   return r;

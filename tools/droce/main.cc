@@ -41,6 +41,7 @@
 
 #include "config/settings.h"
 #include "ctl.h"
+#include "lab/trace.h"
 #include "pcap_check.h"
 
 #ifndef DROCE_VERSION
@@ -160,6 +161,9 @@ constexpr std::string_view kUsage =
     "        res qp|cq|mr|pd, stat, client show|kill, metrics (see 'droce ctl help')\n"
     "  pcap-check [-v] FILE...\n"
     "        check every RoCEv2 packet of pcap/pcapng captures (headers, ICRC)\n"
+    "  trace-dump [--csv|--json] FILE\n"
+    "        print a binary event trace (DROCE_TRACE=FILE,format=binary) as JSON lines\n"
+    "        (the default) or CSV\n"
     "  version\n"
     "        print the version\n"
     "  help\n"
@@ -327,7 +331,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     using droce::config::Setting;
     for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
                       Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan, Setting::kFault,
-                      Setting::kCapture}) {
+                      Setting::kCapture, Setting::kTrace}) {
       if (opt.flags[static_cast<size_t>(s)]) {
         return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
                                  " cannot be used with --daemon: droced owns the link (give it to droced)"));
@@ -819,6 +823,26 @@ int CmdDemo(const std::vector<std::string>& args) {
   return exit_code;
 }
 
+// `droce trace-dump [--csv|--json] FILE`.
+int CmdTraceDump(const std::vector<std::string>& args) {
+  droce::lab::TraceFormat f = droce::lab::TraceFormat::kJson;
+  std::string file;
+  for (const std::string& a : args) {
+    if (a == "--csv") f = droce::lab::TraceFormat::kCsv;
+    else if (a == "--json") f = droce::lab::TraceFormat::kJson;
+    else if (a.starts_with("-")) return UsageError(StrCat("trace-dump: unknown option '", a, "' (--csv or --json)"));
+    else if (!file.empty()) return UsageError("trace-dump: one FILE");
+    else file = a;
+  }
+  if (file.empty()) return UsageError("trace-dump: missing FILE (usage: droce trace-dump [--csv|--json] FILE)");
+  absl::StatusOr<uint64_t> n = droce::lab::DumpTrace(file, f, stdout);
+  if (!n.ok()) {
+    fprintf(stderr, "droce trace-dump: %s\n", std::string(n.status().message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -837,5 +861,6 @@ int main(int argc, char** argv) {
   if (cmd == "demo") return CmdDemo(args);
   if (cmd == "pcap-check") return PcapCheckMain(argc - 1, argv + 1);
   if (cmd == "ctl") return droce::tools::CtlMain(args);
+  if (cmd == "trace-dump") return CmdTraceDump(args);
   return UsageError(StrCat("unknown command '", cmd, "' (see 'droce help')"));
 }
