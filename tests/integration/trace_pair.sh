@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The per-QP event trace (src/lab/trace.h, docs/LAB.md) between two processes
+# over memif:
+#
+#   1. From the start (DROCE_TRACE): ibv_rc_pingpong -c, the server's engine
+#      losing 5 % of what it sends; the server traces as JSON lines, the
+#      client as CSV. Every JSON line parses; each side's tx and rx events are
+#      as many as its sent_pkts and rcvd_pkts counters (DROCE_STATS), its NAK
+#      events as rcvd_seq_err, its timeouts as completer_retry_err, and every
+#      NAK or timeout is followed by a retransmit; each QP goes INIT, RTR, RTS.
+#   2. While ib_send_bw runs (`droce ctl --pid P trace ...`, DROCE_CTL=1): a
+#      CSV trace started and stopped, a binary one printed by `droce
+#      trace-dump`, and the refusals (a second trace, a bad format, stop
+#      without one).
+#
+# usage: trace_pair.sh LAUNCHER IBV_RC_PINGPONG IB_SEND_BW
+set -u
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LAUNCHER IBV_RC_PINGPONG IB_SEND_BW" >&2
+  exit 2
+fi
+launcher=$1
+pingpong=$2
+send_bw=$3
+for p in "$pingpong" "$send_bw" /usr/bin/python3; do
+  if ! command -v "$p" >/dev/null 2>&1; then
+    echo "SKIP: '$p' not found (scripts/setup.sh installs ibverbs-utils and perftest)"
+    exit 77
+  fi
+done
+here=$(dirname "$0")
+dir=$(mktemp -d /tmp/droce-trace.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+server_pid=""
+client_pid=""
+. "$here/pair_common.sh"
+cleanup() {
+  kill_group "$client_pid"
+  kill_group "$server_pid"
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_TRACE DROCE_CTL
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+
+# 1. From the start.
+mkdir -p "$dir/start"
+if ! DROCE_FAULT='loss random 5%' DROCE_STATS=1 DROCE_TRACE="$dir/start/server.json" \
+     DROCE_TEST_CLIENT_ENV="DROCE_FAULT= DROCE_TRACE=$dir/start/client.csv,format=csv" DROCE_TEST_LOG_DIR="$dir/start" \
+     bash "$here/pingpong_pair.sh" "$launcher" "$pingpong" -g 0 -n 200 -s 4096 -c; then
+  fail "rc_pingpong -c through 5 % loss with traces on both sides"
+fi
+# The JSON lines as CSV rows (event,state,nak), so that both sides are
+# checked by the same counting below.
+/usr/bin/python3 - "$dir/start/server.json" "$dir/start/server.rows" <<'EOF' || fail "the server's trace is not JSON lines"
+import json, sys
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for n, line in enumerate(f, 1):
+        e = json.loads(line)
+        for k in ("time_ns", "dev", "qpn", "event"):
+            if k not in e:
+                sys.exit(f"line {n}: no '{k}': {line}")
+        out.write(f"{e['event']},{e.get('state', '')},{e.get('nak', '')}\n")
+EOF
+awk -F, 'NR > 1 { print $4 "," ($4 == "state" ? substr($7, 7) : "") "," ($4 == "nak" ? substr($7, 5) : "") }' \
+  "$dir/start/client.csv" >"$dir/start/client.rows"
+[ "$(head -n1 "$dir/start/client.csv")" = "time_ns,dev,qpn,event,opcode,psn,detail,bytes" ] || fail "the CSV header"
+stat_of() {  # LOG COUNTER: the first "droce:   COUNTER   N" line's N
+  sed -nE "s/^droce: +$2 +([0-9]+).*/\\1/p" "$1" | head -n1
+}
+events() { awk -F, -v e="$2" '$1 == e { n++ } END { print n + 0 }' "$1"; }
+for side in server client; do
+  rows="$dir/start/$side.rows"
+  log="$dir/start/$side.log"
+  tx=$(events "$rows" tx); rx=$(events "$rows" rx); nak=$(events "$rows" nak); to=$(events "$rows" timeout)
+  re=$(events "$rows" retransmit)
+  sent=$(stat_of "$log" sent_pkts); rcvd=$(stat_of "$log" rcvd_pkts)
+  seq=$(stat_of "$log" rcvd_seq_err); retry=$(stat_of "$log" completer_retry_err)
+  echo "[$side] trace: tx $tx rx $rx nak $nak timeout $to retransmit $re; counters: sent_pkts $sent rcvd_pkts $rcvd" \
+    "rcvd_seq_err ${seq:-0} completer_retry_err ${retry:-0}"
+  [ -n "$sent" ] && [ -n "$rcvd" ] || { cat "$log"; fail "$side: no DROCE_STATS counters"; }
+  [ "$tx" -eq "$sent" ] || fail "$side: $tx tx events, sent_pkts $sent"
+  [ "$rx" -eq "$rcvd" ] || fail "$side: $rx rx events, rcvd_pkts $rcvd"
+  [ "$nak" -eq "${seq:-0}" ] || fail "$side: $nak NAK events, rcvd_seq_err ${seq:-0}"
+  [ "$to" -eq "${retry:-0}" ] || fail "$side: $to timeouts, completer_retry_err ${retry:-0}"
+  [ "$re" -ge $(( nak + to )) ] || fail "$side: $re retransmits for $nak NAKs and $to timeouts"
+  states=$(awk -F, '$1 == "state" { printf "%s ", $2 }' "$rows")
+  [[ $states == "INIT RTR RTS "* ]] || fail "$side: states '$states'"
+done
+# Loss on the server's frames: the client saw NAKs or timed out.
+[ $(( $(events "$dir/start/client.rows" nak) + $(events "$dir/start/client.rows" timeout) )) -gt 0 ] ||
+  fail "5 % loss left no NAK or timeout in the client's trace"
+
+# 2. While ib_send_bw runs.
+sock="$dir/memif.sock"
+port=$(( 20000 + RANDOM % 20000 ))
+DROCE_CTL=1 timeout 60 "$launcher" exec --link "net_memif0,role=server,socket=$sock,socket-abstract=no" \
+  --ip 10.77.3.1/24 -- "$send_bw" -D 10 -p "$port" >"$dir/bw_server.log" 2>&1 &
+server_pid=$!
+pid=""
+for _ in $(seq 1 100); do
+  pid=$(pgrep -P "$server_pid" -x "$(basename "$send_bw")" | head -n1)
+  [ -n "$pid" ] && "$launcher" ctl --pid "$pid" trace show >/dev/null 2>&1 && break
+  pid=""
+  sleep 0.1
+done
+[ -n "$pid" ] || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not answer droce ctl"; }
+listening() {
+  awk -v p="$(printf ':%04X' "$port")" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 }
+    END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+for _ in $(seq 1 100); do
+  listening && break
+  sleep 0.1
+done
+listening || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not listen on $port"; }
+timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \
+  --ip 10.77.3.2/24 -- "$send_bw" -D 10 -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1 &
+client_pid=$!
+ctl() { "$launcher" ctl --pid "$pid" "$@"; }
+sleep 3
+[ "$(ctl trace show)" = "dev droce0 state off" ] || fail "trace show before any: $(ctl trace show)"
+ctl trace start "$dir/live.csv" format csv >/dev/null || fail "trace start"
+out=$(ctl trace start "$dir/other.csv" 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [[ $out == *"is on: stop it first"* ]] || fail "a second trace: rc $rc, '$out'"
+sleep 0.5
+show=$(ctl -j trace show)
+echo "[trace show] $show"
+[[ $show =~ \"events\":([0-9]+) ]] && [ "${BASH_REMATCH[1]}" -gt 1000 ] || fail "a running trace wrote too little: $show"
+ctl trace stop | grep -q 'state stopped' || fail "trace stop"
+out=$(ctl trace stop 2>&1); rc=$?
+[ "$rc" -eq 1 ] && [ "$out" = "droce ctl: no trace is on" ] || fail "stop without a trace: rc $rc, '$out'"
+lines=$(wc -l <"$dir/live.csv")
+[ "$lines" -gt 1000 ] || fail "live.csv has $lines lines"
+[ "$(awk -F, 'NR > 1 && $4 == "rx" { n++ } END { print n + 0 }' "$dir/live.csv")" -gt 1000 ] ||
+  fail "the live trace has no rx events"
+ctl trace start "$dir/live.bin" format binary >/dev/null || fail "trace start (binary)"
+sleep 0.5
+ctl trace stop >/dev/null || fail "trace stop (binary)"
+"$launcher" trace-dump "$dir/live.bin" >"$dir/live.json" || fail "trace-dump"
+/usr/bin/python3 -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    e = json.loads(line); n += 1
+    assert e["dev"] == "droce0" and e["event"] in ("tx", "rx", "ack", "nak", "rnr", "retransmit", "timeout", "state"), line
+assert n > 1000, n
+print("[trace-dump]", n, "events")
+' "$dir/live.json" || fail "trace-dump's JSON"
+out=$(ctl trace start "$dir/x.trace" format xml 2>&1); rc=$?
+[ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'format' is json, csv or binary, not 'xml'" ] ||
+  fail "a bad format: rc $rc, '$out'"
+[ ! -e "$dir/x.trace" ] || fail "a refused trace created its file"
+wait "$client_pid"
+client_rc=$?
+client_pid=""
+end_server "$server_pid"
+server_pid=""
+[ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] ||
+  { cat "$dir/bw_server.log" "$dir/client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
+echo "PASS: traces from the start match the counters on both sides; live CSV and binary traces ($lines lines)"
