@@ -892,8 +892,10 @@ absl::Status Device::StartCapture(const lab::CaptureOptions& o) {
     return absl::FailedPreconditionError(absl::StrCat("a capture of ", port_.name, " to ", capture_->Status().file,
                                                       " is on: stop it first"));
   }
-  // Fault stages are fixed at start: the same on every worker.
-  const bool fault = workers_[0]->fault != nullptr;
+  // Whether the workers have a fault stage now (the same on every worker;
+  // read with them stopped: a cleared stage goes on its worker's turn).
+  bool fault = false;
+  RunOnWorker([&] { fault = workers_[0]->fault != nullptr; });
   absl::StatusOr<std::unique_ptr<lab::Capture>> c = lab::Capture::Start(o, port_.name, fault);
   if (!c.ok()) return c.status();
   std::shared_ptr<lab::Capture> sc = *std::move(c);

@@ -193,6 +193,26 @@ TEST(LabScripted, DropPsnOfQpNTimes) {
   EXPECT_EQ(e.counters(0).matched, 5u);
 }
 
+// The capture's comments name the rule that acted (Decision::*_rule).
+TEST(LabDecision, NamesTheRuleThatActed) {
+  FaultEngine e(Rules("qp 18 duplicate 100%; qp 18 corrupt 100%; qp 18 delay 10us; drop psn 100 qp 17"));
+  const Decision a = e.Decide(Packet(5, 1000, 18));
+  EXPECT_TRUE(a.duplicate && a.corrupt);
+  EXPECT_EQ(a.duplicate_rule, 1);
+  EXPECT_EQ(a.corrupt_rule, 2);
+  EXPECT_EQ(a.delay_rule, 3);
+  EXPECT_EQ(a.release_ns, 11'000u);
+  EXPECT_EQ(a.at_ns, 1000u);
+  EXPECT_EQ(a.drop_rule, 0);
+  const Decision d = e.Decide(Packet(100, 2000, 17));
+  EXPECT_TRUE(d.drop);
+  EXPECT_EQ(d.drop_rule, 4);
+  EXPECT_EQ(d.duplicate_rule, 0);
+  const Decision r = FaultEngine(Rules("reorder 100% gap 2")).Decide(Packet(1, 0));
+  EXPECT_EQ(r.hold_packets, 2u);
+  EXPECT_EQ(r.reorder_rule, 1);
+}
+
 TEST(LabScripted, DropAcksForAWindow) {
   FaultEngine e(Rules("drop acks for 5ms"));
   e.Start(1'000'000);
