@@ -106,36 +106,8 @@ for f in server client; do
 done
 
 # 2. Captures started and stopped while ib_send_bw runs.
-sock="$dir/memif.sock"
-port=$(( 20000 + RANDOM % 20000 ))
-DROCE_CTL=1 timeout 60 "$launcher" exec --link "net_memif0,role=server,socket=$sock,socket-abstract=no" \
-  --ip 10.77.3.1/24 -- "$send_bw" -D 12 -p "$port" >"$dir/bw_server.log" 2>&1 &
-server_pid=$!
-start_client() {
-  timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \
-    --ip 10.77.3.2/24 -- "$send_bw" -D 12 -p "$port" 127.0.0.1 >"$1" 2>&1 &
-  last_pid=$!
-}
-pid=""
-for _ in $(seq 1 100); do
-  pid=$(pgrep -P "$(pgrep -P "$server_pid" | head -n1)" -x "$(basename "$send_bw")" 2>/dev/null | head -n1)
-  [ -z "$pid" ] && pid=$(pgrep -P "$server_pid" -x "$(basename "$send_bw")" | head -n1)
-  [ -n "$pid" ] && "$launcher" ctl --pid "$pid" capture show >/dev/null 2>&1 && break
-  pid=""
-  sleep 0.1
-done
-[ -n "$pid" ] || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not answer droce ctl"; }
-listening() {
-  awk -v p="$(printf ':%04X' "$port")" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 }
-    END { exit !f }' /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
-for _ in $(seq 1 100); do
-  listening && break
-  sleep 0.1
-done
-listening || { cat "$dir/bw_server.log"; fail "the ib_send_bw server does not listen on $port"; }
-start_client "$dir/client.log"
-client_pid=$last_pid
+start_ctl_pair "$launcher" "$send_bw" 12 "$dir" || fail "ib_send_bw with DROCE_CTL=1"
+pid=$ctl_pid
 ctl() { "$launcher" ctl --pid "$pid" "$@"; }
 sleep 3  # traffic flowing
 ctl capture show | grep -q '^dev droce0 state off$' || fail "capture show before any: $(ctl capture show)"
@@ -212,6 +184,6 @@ client_pid=""
 end_server "$server_pid"
 server_pid=""
 [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] ||
-  { cat "$dir/bw_server.log" "$dir/client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
+  { cat "$dir/ctl_server.log" "$dir/ctl_client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
 echo "PASS: captures from the start (stage sides differ by the $captured dropped frames, rule count $reported)" \
   "and at run time (500-frame count, a ring of two files, refusals); live fault rules ($dropped of $matched)"

@@ -98,3 +98,45 @@ stop_daemons() {
   done
   daemon_pids=()
 }
+
+# start_ctl_pair LAUNCHER PROGRAM SECONDS DIR: PROGRAM (a perftest) as an
+# embedded server answering `droce ctl --pid` (DROCE_CTL=1) and its client,
+# `-D SECONDS`, over memif in DIR (logs DIR/ctl_server.log and
+# DIR/ctl_client.log). Returns once the client runs; sets server_pid and
+# client_pid (their `timeout` groups) and ctl_pid (the server program, for
+# --pid). Returns 1, with the server's log printed, if the server never
+# answers or listens.
+start_ctl_pair() {
+  local launcher=$1 program=$2 seconds=$3 dir=$4 port sock
+  port=$(( 20000 + RANDOM % 20000 ))
+  sock="$dir/ctl_memif.sock"
+  DROCE_CTL=1 timeout 60 "$launcher" exec --link "net_memif0,role=server,socket=$sock,socket-abstract=no" \
+    --ip 10.77.3.1/24 -- "$program" -D "$seconds" -p "$port" >"$dir/ctl_server.log" 2>&1 &
+  server_pid=$!
+  ctl_pid=""
+  for _ in $(seq 1 100); do
+    ctl_pid=$(pgrep -P "$server_pid" -x "$(basename "$program")" | head -n1)
+    [ -n "$ctl_pid" ] && "$launcher" ctl --pid "$ctl_pid" dev show >/dev/null 2>&1 && break
+    ctl_pid=""
+    sleep 0.1
+  done
+  if [ -z "$ctl_pid" ]; then
+    echo "the $program server does not answer droce ctl"; cat "$dir/ctl_server.log"; return 1
+  fi
+  local hex listening=""
+  hex=$(printf ':%04X' "$port")
+  for _ in $(seq 1 100); do
+    if awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+         /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+      listening=1
+      break
+    fi
+    sleep 0.1
+  done
+  if [ -z "$listening" ]; then
+    echo "the $program server does not listen on $port"; cat "$dir/ctl_server.log"; return 1
+  fi
+  timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \
+    --ip 10.77.3.2/24 -- "$program" -D "$seconds" -p "$port" 127.0.0.1 >"$dir/ctl_client.log" 2>&1 &
+  client_pid=$!
+}
