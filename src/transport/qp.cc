@@ -25,9 +25,10 @@ const char* qp_state_name(QpState s) {
 }
 
 uint64_t rnr_timer_ns(uint8_t code) {
-  // IBA 9.7.5.2.8, table 45, in units of 10 ns.
+  // IBA 9.7.5.2.8, table 45, in units of 0.01 ms: code 0 is the longest,
+  // 655.36 ms.
   static constexpr uint32_t kTable[32] = {
-      65536000, 1,      2,      3,      4,      6,       8,       12,
+      65536,    1,      2,      3,      4,      6,       8,       12,
       16,       24,     32,     48,     64,     96,      128,     192,
       256,      384,    512,    768,    1024,   1536,    2048,    3072,
       4096,     6144,   8192,   12288,  16384,  24576,   32768,   49152};

@@ -370,6 +370,21 @@ TEST(TransportSim, RnrNakThenRetry) {
   EXPECT_EQ(c[0].wr_id, 70u);
 }
 
+// IBA table 45: the RNR NAK timer codes. Code 0 is the longest wait,
+// 655.36 ms (it once read 655 s here: an rsockets stream whose peer asked
+// for code 0 stalled for good after one RNR NAK).
+TEST(TransportRnrTimer, Table45) {
+  EXPECT_EQ(transport::rnr_timer_ns(0), 655'360'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(1), 10'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(5), 60'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(12), 640'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(14), 1'280'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(20), 10'240'000u);
+  EXPECT_EQ(transport::rnr_timer_ns(31), 491'520'000u);
+  for (uint8_t c = 2; c < 32; ++c) EXPECT_GT(transport::rnr_timer_ns(c), transport::rnr_timer_ns(c - 1)) << int(c);
+  EXPECT_GT(transport::rnr_timer_ns(0), transport::rnr_timer_ns(31));
+}
+
 TEST(TransportSim, BadLkeyCompletesWithProtectionErrorAndFlushes) {
   SimPair p(LinkFaults{}, 10);
   ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
