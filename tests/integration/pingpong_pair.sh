@@ -159,6 +159,7 @@ if grep -qs "Can't produce a report" "$dir/server.log" "$dir"/client.*.log; then
   echo "note: perftest could not calibrate its clock on this busy machine; running the pair once more"
   grep -hs "Correlation coefficient" "$dir/server.log" "$dir"/client.*.log | sed 's/^/note: /'
   pick_port
+  [ "${#daemon_pids[@]}" -eq 0 ] && rm -f -- "$sock"  # the last server's memif socket (daemons keep theirs)
   run_pair
 fi
 
