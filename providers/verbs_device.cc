@@ -94,7 +94,11 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->sys_image_guid = a->node_guid;
   a->max_mr_size = engine::Limits::kMaxMrSize;
   a->page_size_cap = 0xFFFFF000;
-  a->vendor_id = 0;  // no IEEE OUI of its own; perftest treats it as generic
+  // No IEEE OUI of its own: the value Linux rxe reports (RXE_VENDOR_ID), so
+  // that software which tells soft RoCE apart by its vendor treats droce as
+  // rxe; rdma-core's suite requires it non-zero. Part 0, as rxe's. Neither
+  // matches a vendor perftest or UCX special-cases.
+  a->vendor_id = 0xFFFFFF;
   a->vendor_part_id = 0;
   a->hw_ver = 0;
   a->max_qp = engine::Limits::kMaxQp;
@@ -160,6 +164,7 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   if (!is_ours(c) || attr == nullptr || len < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex a{};
   fill_device_attr(to_ctx(c)->s->engine->port(), &a.orig_attr);
+  a.phys_port_cnt_ex = a.orig_attr.phys_port_cnt;  // one port (the _ex field exists for more than 255)
   // Completion timestamps are nanoseconds of CLOCK_MONOTONIC: a 1 GHz clock.
   a.completion_timestamp_mask = ~uint64_t{0};
   a.hca_core_clock = 1'000'000;  // kHz

@@ -14,6 +14,12 @@ TEST_F(Loopback, DeviceAndPortLookLikeARoceNic) {
   ASSERT_EQ(ibv_query_device(ctx_, &da), 0);
   EXPECT_EQ(da.phys_port_cnt, 1);
   EXPECT_GT(da.max_qp_wr, 1000);
+  EXPECT_EQ(da.vendor_id, 0xFFFFFFu);  // rxe's (RXE_VENDOR_ID): no OUI of its own
+  EXPECT_EQ(da.vendor_part_id, 0u);
+  ibv_device_attr_ex dx{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
+  EXPECT_EQ(dx.phys_port_cnt_ex, 1u);  // rdma-core's test_phys_port_cnt_ex
+  EXPECT_EQ(dx.orig_attr.vendor_id, da.vendor_id);
   ibv_port_attr pa{};
   ASSERT_EQ(ibv_query_port(ctx_, 1, &pa), 0);
   EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
