@@ -340,10 +340,17 @@ ibv_context* ibv_open_device(ibv_device* device) {
   verbs_context& v = ctx->vctx;
   ibv_context& c = v.context;
   c.device = device;
-  c.cmd_fd = -1;
-  c.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  // A real descriptor, as a kernel context has (programs dup it to import
+  // the device elsewhere), but one that takes no command: opened read-only
+  // on /dev/null, a write fails with EBADF and an ioctl with ENOTTY, so a
+  // libibverbs path that droce does not interpose fails instead of reading
+  // a reply nobody wrote. ibv_import_device answers EOPNOTSUPP
+  // (verbs_unsupported.cc).
+  c.cmd_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  c.async_fd = c.cmd_fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c.async_fd < 0) {
     const int e = errno;
+    if (c.cmd_fd >= 0) close(c.cmd_fd);
     delete ctx->s;
     delete ctx;
     errno = e;
@@ -377,6 +384,7 @@ int ibv_close_device(ibv_context* context) {
   if (stats_enabled()) print_device_counters(context);
   ctx->s->engine->RemoveDeviceSink(&ctx->s->events);
   close(context->async_fd);
+  close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   delete ctx->s;
   delete ctx;
