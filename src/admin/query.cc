@@ -351,8 +351,7 @@ std::string CommOf(int32_t pid) {
   return s;
 }
 
-Json CaptureRow(size_t index, const engine::Device& d, const std::optional<lab::CaptureStatus>& st,
-               bool stopped = false) {
+Json CaptureRow(size_t index, const engine::Device& d, const std::optional<lab::CaptureStatus>& st, bool stopped) {
   Json j = DevHead(index, d);
   if (!st) {
     j["state"] = "off";
@@ -368,50 +367,7 @@ Json CaptureRow(size_t index, const engine::Device& d, const std::optional<lab::
   return j;
 }
 
-// `capture start|stop|show`: the lab's packet capture (lab/capture.h).
-absl::StatusOr<Json> CaptureCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
-  const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
-                                                                                  : "show";
-  Json out = Json::array();
-  if (action == "show") {
-    ForEachDevice(host, f, [&](size_t i, engine::Device& d) { out.push_back(CaptureRow(i, d, d.CaptureState())); });
-    return out;
-  }
-  if (action == "stop") {
-    bool any = false;
-    ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
-      absl::StatusOr<lab::CaptureStatus> st = d.StopCapture();
-      if (!st.ok()) return;
-      any = true;
-      out.push_back(CaptureRow(i, d, *st, /*stopped=*/true));
-    });
-    if (!any) return absl::NotFoundError(f.dev.empty() ? "no capture is on" : absl::StrCat("no capture on ", f.dev));
-    return out;
-  }
-  if (action != "start") return Bad(absl::StrCat("unknown capture action '", action, "' (start, stop, show)"));
-  // The engine writes the file with its own rights: only its user (or
-  // root) may name one.
-  if (uid != 0 && uid != geteuid()) {
-    return absl::PermissionDeniedError("a capture writes files as the engine's user: only that user or root may start one");
-  }
-  if (!req.contains("spec") || !req["spec"].is_string()) return Bad("'capture start' needs a 'spec' (PATH[,size=N,...])");
-  absl::StatusOr<lab::CaptureOptions> o = lab::ParseCaptureSpec(req["spec"].get<std::string>());
-  if (!o.ok()) return Bad(std::string(o.status().message()));
-  if (o->path.empty() || o->path[0] != '/') return Bad("the capture file must be an absolute path");
-  absl::Status err = absl::OkStatus();
-  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
-    if (!err.ok()) return;
-    lab::CaptureOptions mine = *o;
-    // One path for several devices: each its own file, as DROCE_CAPTURE.
-    if (f.dev.empty() && i > 0) mine.path = lab::DevicePath(mine.path, d.port().name);
-    err = d.StartCapture(mine);
-    if (err.ok()) out.push_back(CaptureRow(i, d, d.CaptureState()));
-  });
-  if (!err.ok()) return err;
-  return out;
-}
-
-Json TraceRow(size_t index, const engine::Device& d, const std::optional<lab::TraceStatus>& st, bool stopped = false) {
+Json TraceRow(size_t index, const engine::Device& d, const std::optional<lab::TraceStatus>& st, bool stopped) {
   Json j = DevHead(index, d);
   if (!st) {
     j["state"] = "off";
@@ -425,42 +381,74 @@ Json TraceRow(size_t index, const engine::Device& d, const std::optional<lab::Tr
   return j;
 }
 
-// `trace start|stop|show`: the per-QP event trace (lab/trace.h).
-absl::StatusOr<Json> TraceCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
+// What `capture` and `trace` share: `start SPEC`, `stop` and `show` of one
+// Device facility per device, with its own spec parser, state row and
+// words for the messages.
+template <typename Options, typename State>
+struct LabFacility {
+  const char* name;       // "capture", "trace"
+  const char* spec_hint;  // "PATH[,size=N,...]"
+  absl::StatusOr<Options> (*parse)(std::string_view);
+  Json (*row)(size_t, const engine::Device&, const std::optional<State>&, bool);
+  absl::Status (engine::Device::*start)(const Options&);
+  absl::StatusOr<State> (engine::Device::*stop)();
+  std::optional<State> (engine::Device::*state)();
+};
+
+template <typename Options, typename State>
+absl::StatusOr<Json> LabCmd(const LabFacility<Options, State>& l, Host& host, const Json& req, const Filter& f,
+                            uint32_t uid) {
   const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
                                                                                   : "show";
   Json out = Json::array();
   if (action == "show") {
-    ForEachDevice(host, f, [&](size_t i, engine::Device& d) { out.push_back(TraceRow(i, d, d.TraceState())); });
+    ForEachDevice(host, f, [&](size_t i, engine::Device& d) { out.push_back(l.row(i, d, (d.*l.state)(), false)); });
     return out;
   }
   if (action == "stop") {
     ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
-      absl::StatusOr<lab::TraceStatus> st = d.StopTrace();
-      if (st.ok()) out.push_back(TraceRow(i, d, *st, /*stopped=*/true));
+      absl::StatusOr<State> st = (d.*l.stop)();
+      if (st.ok()) out.push_back(l.row(i, d, *st, /*stopped=*/true));
     });
-    if (out.empty()) return absl::NotFoundError(f.dev.empty() ? "no trace is on" : absl::StrCat("no trace on ", f.dev));
+    if (out.empty()) {
+      return absl::NotFoundError(f.dev.empty() ? absl::StrCat("no ", l.name, " is on")
+                                               : absl::StrCat("no ", l.name, " on ", f.dev));
+    }
     return out;
   }
-  if (action != "start") return Bad(absl::StrCat("unknown trace action '", action, "' (start, stop, show)"));
+  if (action != "start") return Bad(absl::StrCat("unknown ", l.name, " action '", action, "' (start, stop, show)"));
+  // The engine writes the file with its own rights: only its user (or
+  // root) may name one.
   if (uid != 0 && uid != geteuid()) {
-    return absl::PermissionDeniedError("a trace writes files as the engine's user: only that user or root may start one");
+    return absl::PermissionDeniedError(
+        absl::StrCat("a ", l.name, " writes files as the engine's user: only that user or root may start one"));
   }
-  if (!req.contains("spec") || !req["spec"].is_string()) return Bad("'trace start' needs a 'spec' (PATH[,format=...])");
-  absl::StatusOr<lab::TraceOptions> o = lab::ParseTraceSpec(req["spec"].get<std::string>());
+  if (!req.contains("spec") || !req["spec"].is_string()) {
+    return Bad(absl::StrCat("'", l.name, " start' needs a 'spec' (", l.spec_hint, ")"));
+  }
+  absl::StatusOr<Options> o = l.parse(req["spec"].get<std::string>());
   if (!o.ok()) return Bad(std::string(o.status().message()));
-  if (o->path.empty() || o->path[0] != '/') return Bad("the trace file must be an absolute path");
+  if (o->path.empty() || o->path[0] != '/') return Bad(absl::StrCat("the ", l.name, " file must be an absolute path"));
   absl::Status err = absl::OkStatus();
   ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
     if (!err.ok()) return;
-    lab::TraceOptions mine = *o;
+    Options mine = *o;
+    // One path for several devices: each its own file, as DROCE_CAPTURE
+    // and DROCE_TRACE do.
     if (f.dev.empty() && i > 0) mine.path = lab::DevicePath(mine.path, d.port().name);
-    err = d.StartTrace(mine);
-    if (err.ok()) out.push_back(TraceRow(i, d, d.TraceState()));
+    err = (d.*l.start)(mine);
+    if (err.ok()) out.push_back(l.row(i, d, (d.*l.state)(), false));
   });
   if (!err.ok()) return err;
   return out;
 }
+
+const LabFacility<lab::CaptureOptions, lab::CaptureStatus> kCapture = {
+    "capture", "PATH[,size=N,...]", &lab::ParseCaptureSpec, &CaptureRow,
+    &engine::Device::StartCapture, &engine::Device::StopCapture, &engine::Device::CaptureState};
+const LabFacility<lab::TraceOptions, lab::TraceStatus> kTrace = {
+    "trace", "PATH[,format=...]", &lab::ParseTraceSpec, &TraceRow,
+    &engine::Device::StartTrace, &engine::Device::StopTrace, &engine::Device::TraceState};
 
 // `fault show|set|clear`: the fault rules of live links (lab/fault_rules.h).
 absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
@@ -541,9 +529,9 @@ absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
     return Json::object({{"killed", f->pid}});
   }
   if (cmd == "metrics") return Json(PrometheusText(host));
-  if (cmd == "capture") return CaptureCmd(host, req, *f, uid);
+  if (cmd == "capture") return LabCmd(kCapture, host, req, *f, uid);
   if (cmd == "fault") return FaultCmd(host, req, *f, uid);
-  if (cmd == "trace") return TraceCmd(host, req, *f, uid);
+  if (cmd == "trace") return LabCmd(kTrace, host, req, *f, uid);
   return Bad(absl::StrCat("unknown command '", cmd, "'"));
 }
 

@@ -19,7 +19,6 @@ namespace droce::engine {
 class CaptureTap {
  public:
   explicit CaptureTap(std::shared_ptr<lab::Capture> c) : c_(std::move(c)) {}
-  bool wants(lab::Capture::Point p) const { return c_->wants(p); }
   bool live() const { return c_->live(); }
   // Copies m (as it is now) into the batch for point p, with the fault
   // stage's decision if it judged the frame.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "lab/roce_peek.h"
+#include "wire/headers.h"
 
 namespace droce::lab {
 namespace {
@@ -13,6 +14,8 @@ namespace {
 constexpr uint32_t kPsnMask = 0xFFFFFF;
 // Retransmission counts kept before they are forgotten (they restart at 1).
 constexpr size_t kMaxResent = 1 << 16;
+// The file is flushed at least this often while frames come.
+constexpr uint64_t kFlushEveryNs = 100'000'000;
 
 absl::StatusOr<uint64_t> Number(std::string_view key, std::string_view v, bool sized) {
   uint64_t mult = 1;
@@ -32,16 +35,6 @@ absl::StatusOr<uint64_t> Number(std::string_view key, std::string_view v, bool s
                                                    sized ? " (with k, M or G)" : "", ", not '", std::string(v), "'"));
   }
   return n * mult;
-}
-
-const char* NakName(uint8_t code) {
-  switch (code) {
-    case 1: return "invalid request";
-    case 2: return "remote access error";
-    case 3: return "remote operational error";
-    case 4: return "invalid RD request";
-    default: return "reserved code";
-  }
 }
 
 void Add(std::string* s, std::string_view part) {
@@ -103,11 +96,11 @@ std::string DevicePath(const std::string& path, const std::string& dev) {
   return absl::StrCat(path.substr(0, dot), "-", dev, path.substr(dot));
 }
 
-std::string PacketNotes::Retransmission(Flow& f, uint64_t key, uint32_t psn, uint32_t span, const char* what) {
+std::string PacketNotes::Retransmission(Flow& f, uint64_t key, uint32_t psn, const char* what) {
   const uint32_t ahead = (psn - f.next_psn) & kPsnMask;
   if (!f.seen || ahead < (1u << 23)) {
     f.seen = true;
-    f.next_psn = (psn + span) & kPsnMask;
+    f.next_psn = (psn + 1) & kPsnMask;
     return {};
   }
   if (resent_.size() >= kMaxResent) resent_.clear();
@@ -142,13 +135,13 @@ std::string PacketNotes::Note(std::span<const uint8_t> frame, const Decision* d)
     const uint8_t kind = syn >> 5, code = syn & 0x1F;
     if (kind == 1) Add(&s, absl::StrFormat("RNR NAK for PSN %u (timer code %u)", p.psn, code));
     else if (kind == 3 && code == 0) Add(&s, absl::StrFormat("NAK (PSN sequence error): expected PSN %u", p.psn));
-    else if (kind == 3) Add(&s, absl::StrFormat("NAK (%s) for PSN %u", NakName(code), p.psn));
+    else if (kind == 3) Add(&s, absl::StrFormat("NAK (%s) for PSN %u", wire::nak_code_name(code), p.psn));
     return s;
   }
   if (acked) return s;
   const bool response = op >= 0x0D && op <= 0x10;  // RDMA READ response
   const uint64_t key = (uint64_t{p.dqpn} << 1) | (response ? 1 : 0);
-  const std::string r = Retransmission(flows_[key], key, p.psn, 1, response ? "READ response " : "");
+  const std::string r = Retransmission(flows_[key], key, p.psn, response ? "READ response " : "");
   if (!r.empty()) Add(&s, r);
   return s;
 }
@@ -211,11 +204,6 @@ bool Capture::Record(Point p, uint64_t ts_ns, std::span<const Frame> frames) {
   if (st_.ended) return false;
   const PcapngDir dir = p == kTxEngine || p == kTxWire ? PcapngDir::kOutbound : PcapngDir::kInbound;
   for (const Frame& f : frames) {
-    if (o_.count != 0 && st_.frames >= o_.count) {
-      st_.ended = true;
-      st_.why = "frame count reached";
-      break;
-    }
     if (o_.file_bytes != 0 && w_->bytes() >= o_.file_bytes && !NextFile()) break;
     const std::string note = notes_[p].Note(f.bytes, f.decision);
     if (!w_->Packet(static_cast<uint32_t>(iface), ts_ns, f.bytes, f.len, dir, note)) {
@@ -223,11 +211,16 @@ bool Capture::Record(Point p, uint64_t ts_ns, std::span<const Frame> frames) {
       st_.why = "a write failed";
       break;
     }
-    ++st_.frames;
+    if (++st_.frames == o_.count) {
+      st_.ended = true;
+      st_.why = "frame count reached";
+      break;
+    }
   }
-  if (o_.count != 0 && st_.frames >= o_.count && !st_.ended) {
-    st_.ended = true;
-    st_.why = "frame count reached";
+  if (!st_.ended && ts_ns - last_flush_ns_ >= kFlushEveryNs) {
+    // A capture of a quiet link is readable while it runs.
+    w_->Flush();
+    last_flush_ns_ = ts_ns;
   }
   if (st_.ended) {
     if (w_ != nullptr) {
@@ -249,11 +242,6 @@ CaptureStatus Capture::Status() {
     s.bytes += w_->bytes();
   }
   return s;
-}
-
-void Capture::Flush() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (w_ != nullptr) w_->Flush();
 }
 
 }  // namespace droce::lab

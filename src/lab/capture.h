@@ -65,7 +65,7 @@ class PacketNotes {
     uint32_t next_psn = 0;  // one past the highest PSN seen
     bool seen = false;
   };
-  std::string Retransmission(Flow& f, uint64_t key, uint32_t psn, uint32_t span, const char* what);
+  std::string Retransmission(Flow& f, uint64_t key, uint32_t psn, const char* what);
 
   // By (destination QP, request or response).
   absl::flat_hash_map<uint64_t, Flow> flows_;
@@ -107,9 +107,8 @@ class Capture {
   // Writes frames seen at p at ts_ns (ns since the epoch). Returns false
   // once the capture has ended.
   bool Record(Point p, uint64_t ts_ns, std::span<const Frame> frames);
-  CaptureStatus Status();
   // Flushes what is buffered (the capture stays open).
-  void Flush();
+  CaptureStatus Status();
 
  private:
   Capture() = default;
@@ -124,6 +123,7 @@ class Capture {
   std::unique_ptr<PcapngWriter> w_;
   PacketNotes notes_[4];
   CaptureStatus st_;
+  uint64_t last_flush_ns_ = 0;
 };
 
 }  // namespace droce::lab

@@ -50,7 +50,6 @@ class PcapngWriter {
   bool Flush();
   // Bytes written so far (blocks, including those still buffered).
   uint64_t bytes() const { return bytes_; }
-  bool failed() const { return failed_; }
 
  private:
   PcapngWriter() = default;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "transport/qp.h"
+#include "wire/headers.h"
 #include "wire/opcode.h"
 
 namespace droce::lab {
@@ -36,17 +37,6 @@ const char* KindName(TraceKind k) {
   return "?";
 }
 
-const char* NakName(uint32_t code) {
-  switch (code) {
-    case 0: return "PSN sequence error";
-    case 1: return "invalid request";
-    case 2: return "remote access error";
-    case 3: return "remote operational error";
-    case 4: return "invalid RD request";
-    default: return "reserved";
-  }
-}
-
 bool HasOpcode(TraceKind k) {
   return k == TraceKind::kTx || k == TraceKind::kRx || k == TraceKind::kAck || k == TraceKind::kNak ||
          k == TraceKind::kRnr;
@@ -69,12 +59,12 @@ Detail DetailOf(const TraceEvent& e) {
   switch (e.kind) {
     case TraceKind::kTx: {
       const uint8_t syn = static_cast<uint8_t>(e.arg);
-      if (e.opcode == 0x11 && (syn >> 5) == 3) d = {"nak", NakName(syn & 0x1F), false};
+      if (e.opcode == 0x11 && (syn >> 5) == 3) d = {"nak", wire::nak_code_name(syn & 0x1F), false};
       else if (e.opcode == 0x11 && (syn >> 5) == 1) d = {"rnr_timer", absl::StrCat(syn & 0x1F), true};
       break;
     }
     case TraceKind::kAck: d = {"msn", absl::StrCat(e.arg), true}; break;
-    case TraceKind::kNak: d = {"nak", NakName(e.arg), false}; break;
+    case TraceKind::kNak: d = {"nak", wire::nak_code_name(e.arg), false}; break;
     case TraceKind::kRnr: d = {"rnr_timer", absl::StrCat(e.arg), true}; break;
     case TraceKind::kTimeout: d = {"retries_left", absl::StrCat(e.arg), true}; break;
     case TraceKind::kState:

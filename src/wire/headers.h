@@ -74,6 +74,17 @@ enum class NakCode : uint8_t {
   kRemoteOperationalError = 3,
   kInvalidRdRequest = 4,
 };
+// A NAK code's name (IBA table 44), for captures and traces.
+inline const char* nak_code_name(uint32_t code) {
+  switch (code) {
+    case 0: return "PSN sequence error";
+    case 1: return "invalid request";
+    case 2: return "remote access error";
+    case 3: return "remote operational error";
+    case 4: return "invalid RD request";
+    default: return "reserved code";
+  }
+}
 inline constexpr uint8_t kCreditInvalid = 0x1F;  // "credit count not valid"
 
 struct Aeth {

@@ -382,6 +382,24 @@ TEST(Capture, OneFileEndsAtItsSize) {
   std::remove(path.c_str());
 }
 
+// A running capture is readable: the file is flushed at least every 100 ms
+// of frames (and by Status()).
+TEST(Capture, FlushesEvery100Ms) {
+  const std::string path = TempPath("flush.pcapng");
+  auto c = Capture::Start(*ParseCaptureSpec(path), "droce0", false);
+  ASSERT_TRUE(c.ok());
+  std::vector<std::vector<uint8_t>> fs(1, RoceFrame(0x04, 0x11, 1));
+  const uint64_t t0 = 1'700'000'000'000'000'000ull;
+  ASSERT_TRUE((*c)->Record(Capture::kTxEngine, t0, Frames(fs)));  // the first flushes
+  const size_t first = ReadFile(path).size();
+  ASSERT_TRUE((*c)->Record(Capture::kTxEngine, t0 + 1'000'000, Frames(fs)));
+  EXPECT_EQ(ReadFile(path).size(), first);  // 1 ms later: still buffered
+  ASSERT_TRUE((*c)->Record(Capture::kTxEngine, t0 + 100'000'000, Frames(fs)));
+  EXPECT_EQ(Blocks(ReadFile(path)).size(), 3u + 3u);  // 100 ms after the last flush: all on disk
+  c->reset();
+  std::remove(path.c_str());
+}
+
 TEST(Capture, ARingOfFilesKeepsTheNewest) {
   const std::string path = TempPath("ring.pcapng");
   auto c = Capture::Start(*ParseCaptureSpec(path + ",size=4096,files=3"), "droce0", false);

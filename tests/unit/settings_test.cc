@@ -341,6 +341,26 @@ TEST(Settings, Fault) {
   EXPECT_STREQ(Info(Setting::kFault).flag, "fault");
 }
 
+// DROCE_CAPTURE and DROCE_TRACE: lab/capture.h and lab/trace.h parse them
+// (lab_capture_test, lab_trace_test); here, that they are settings whose
+// bad values are refused before a device starts.
+TEST(Settings, CaptureAndTrace) {
+  const auto s = Raw().Set(Setting::kCapture, "/tmp/c.pcapng,count=10").Set(Setting::kTrace, "/tmp/t.csv,format=csv").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_TRUE(s->global.capture.has_value());
+  EXPECT_EQ(s->global.capture->count, 10u);
+  ASSERT_TRUE(s->global.trace.has_value());
+  EXPECT_EQ(s->global.trace->format, lab::TraceFormat::kCsv);
+  EXPECT_FALSE(Raw().Parse()->global.capture.has_value());
+  EXPECT_FALSE(Raw().Parse()->global.trace.has_value());
+  ExpectRefused(Raw().Set(Setting::kCapture, "/tmp/c,files=2"), Setting::kCapture,
+                "a ring of files ('files' above 1) needs 'size', the bytes of each file");
+  ExpectRefused(Raw().Set(Setting::kTrace, "/tmp/t,format=xml"), Setting::kTrace,
+                "'format' is json, csv or binary, not 'xml'");
+  EXPECT_STREQ(Info(Setting::kCapture).flag, "capture");
+  EXPECT_STREQ(Info(Setting::kTrace).flag, "trace");
+}
+
 TEST(Settings, Watch) {
   EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
   EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);
