@@ -22,17 +22,22 @@
 #include <rdma/rdma_user_cm.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <memory>
+#include <chrono>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "cm/engine_port.h"
@@ -66,6 +71,63 @@ void mark_fd(int fd, bool on) {
   const uint64_t bit = uint64_t{1} << (fd % 64);
   if (on) channel_bits[fd / 64].fetch_or(bit, std::memory_order_release);
   else channel_bits[fd / 64].fetch_and(~bit, std::memory_order_release);
+}
+
+// Which thread last fetched a channel's events, and whether it is back in
+// GET_EVENT. On the kernel's device an event thread returns to its blocking
+// GET_EVENT within a microsecond of handling an event, so programs (rping)
+// destroy the channel from another thread and free it while that thread
+// waits, relying on it never waking. Here the event thread can be a
+// scheduling turn behind (on a busy 2-CPU machine, a millisecond: the
+// thread it wakes takes its CPU), would read the freed channel and exit
+// from the middle of the other thread's exit. So close() gives another,
+// live thread that fetches this channel's events up to kCloseGrace to get
+// back into its wait, as it would have on the kernel's device.
+struct Getter {
+  pid_t tid = 0;    // the last thread to issue GET_EVENT, 0 if none
+  int inside = 0;   // threads now in GET_EVENT
+};
+std::mutex getters_mu;
+std::unordered_map<int, Getter> getters;  // by fd, guarded by getters_mu
+constexpr auto kCloseGrace = std::chrono::milliseconds(50);
+
+pid_t self_tid() { return static_cast<pid_t>(syscall(SYS_gettid)); }
+
+void getter_enter(int fd) {
+  std::lock_guard<std::mutex> l(getters_mu);
+  Getter& g = getters[fd];
+  g.tid = self_tid();
+  ++g.inside;
+}
+void getter_leave(int fd) {
+  std::lock_guard<std::mutex> l(getters_mu);
+  if (auto it = getters.find(fd); it != getters.end() && it->second.inside > 0) --it->second.inside;
+}
+// Before fd is closed: wait (bounded) for another live event thread to be
+// back in GET_EVENT; then forget the channel.
+void getter_settle(int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + kCloseGrace;
+  for (;;) {
+    pid_t tid;
+    {
+      std::lock_guard<std::mutex> l(getters_mu);
+      auto it = getters.find(fd);
+      if (it == getters.end()) return;
+      if (it->second.inside > 0 || it->second.tid == 0 || it->second.tid == self_tid() ||
+          std::chrono::steady_clock::now() >= deadline) {
+        getters.erase(it);
+        return;
+      }
+      tid = it->second.tid;
+    }
+    if (syscall(SYS_tgkill, getpid(), tid, 0) != 0) {  // that thread has ended
+      std::lock_guard<std::mutex> l(getters_mu);
+      getters.erase(fd);
+      return;
+    }
+    const timespec step{0, 100'000};
+    nanosleep(&step, nullptr);
+  }
 }
 
 // copy_from_user / copy_to_user: a bad pointer is EFAULT, not a crash.
@@ -230,9 +292,16 @@ ssize_t cm_write(Backend* b, int fd, const void* buf, size_t len) {
     // One queued event per count: blocks (or EAGAIN) as the device's read.
     // EBADF: the channel was closed while this command waited.
     uint64_t one;
-    if (read(fd, &one, sizeof(one)) == sizeof(one)) r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
-    else if (errno == EBADF) r.rc = -EBADF;
-    else return -1;
+    getter_enter(fd);
+    const ssize_t got = read(fd, &one, sizeof(one));
+    const int read_err = errno;
+    getter_leave(fd);
+    if (got == sizeof(one)) r = b->Command(fd, hdr.cmd, in, in_len, hdr.out, optval);
+    else if (read_err == EBADF) r.rc = -EBADF;
+    else {
+      errno = read_err;
+      return -1;
+    }
     // A popped event whose id was destroyed meanwhile: wait for the next.
     if (r.rc == -EAGAIN) continue;
     if (r.rc == -EBADF) {
@@ -307,6 +376,7 @@ ssize_t write(int fd, const void* buf, size_t len) {
 int close(int fd) {
   droce::provider::hw_counter_closed(fd);
   if (is_channel_fd(fd)) {
+    droce::provider::getter_settle(fd);
     int err = 0;
     if (auto* b = droce::provider::backend(&err)) b->Close(fd);
     droce::provider::mark_fd(fd, false);

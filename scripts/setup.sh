@@ -24,7 +24,7 @@ packages=(
   ucx-utils
   # librdmacm programs over droce's connection manager (tests/integration/cm_pair.sh),
   # rsockets, libfabric's verbs provider, and tshark to decode the CM MADs
-  rdmacm-utils libfabric-bin tshark fio
+  rdmacm-utils librdmacm-dev libfabric-bin tshark fio
   # Open MPI over droce (pml ucx; tests/integration/mpi_jobs.sh, slow suite)
   openmpi-bin libopenmpi-dev
   # tools used by the scripts and tests
