@@ -19,6 +19,7 @@
 // thread sees the socket hang up and reports IBV_EVENT_DEVICE_FATAL; a stop
 // is announced first (a DEVICE_FATAL record marked kEvDaemonStopping).
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -72,6 +73,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The daemon said it is stopping, or it is gone: no engine will run this
   // connection's queues again, and new opens need a new connection.
   bool stopping() const { return stopping_.load(std::memory_order_acquire) || gone(); }
+  // In a forked child: the parent's connection is the parent's. Its
+  // socket and eventfd are closed here (the daemon keeps serving the
+  // parent on them) and every call on it fails with EIO; the child's first
+  // open makes a connection of its own, as a new client of the daemon.
+  void ForgetInChild();
 
  private:
   absl::Status Open(const std::string& path);
@@ -555,7 +561,34 @@ std::shared_ptr<Connection>& current() {
   return *c;
 }
 
+// fork(): the child gets a copy of the parent's connection without its
+// event thread. It is dropped (and leaked: its std::thread is not the
+// child's to join) so that the child's first call connects afresh; the
+// lock is held across fork so the child never inherits it taken.
+void fork_prepare() { current_mu().lock(); }
+void fork_parent() { current_mu().unlock(); }
+void fork_child() {
+  new (&current_mu()) std::mutex();
+  std::shared_ptr<Connection>& cur = current();
+  if (cur != nullptr) {
+    cur->ForgetInChild();
+    new std::shared_ptr<Connection>(std::move(cur));  // never released
+    cur = nullptr;
+  }
+}
+
+void Connection::ForgetInChild() {
+  gone_.store(true, std::memory_order_release);
+  // events_ stays as it is: the thread is the parent's, and this object is
+  // never destroyed.
+  if (sock_ >= 0) close(sock_);
+  if (event_fd_ >= 0) close(event_fd_);
+  sock_ = event_fd_ = -1;
+}
+
 absl::StatusOr<std::shared_ptr<Connection>> Connection::Get() {
+  static const int atfork = pthread_atfork(fork_prepare, fork_parent, fork_child);
+  (void)atfork;
   std::shared_ptr<Connection> old;  // released after the lock: it may be the last reference
   std::lock_guard<std::mutex> l(current_mu());
   std::shared_ptr<Connection>& cur = current();
@@ -632,6 +665,7 @@ int Connection::Call(uint16_t op, uint16_t dev, const void* req, size_t req_len,
   const ctl::OpShape& shape = *ctl::ShapeOf(op);
   if (rep_room != shape.rep_len) return EINVAL;  // a caller that disagrees with the protocol table
   uint8_t buf[ctl::kMaxMessage];
+  if (gone()) return EIO;  // before the lock: a forked child's copy may have it taken
   std::lock_guard<std::mutex> l(mu_);
   if (gone()) return EIO;
   ctl::Header h{ctl::kMagic, op, dev, ++seq_, static_cast<uint32_t>(sizeof(ctl::Header) + req_len)};

@@ -31,10 +31,12 @@
 #include "rdma_cm.h"
 #include "sessions.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <ifaddrs.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -201,6 +203,22 @@ void write_device(int index) {
   for (unsigned i = 0; i < gids; ++i) {
     write_attr(index, dir, "ports/1/gids/" + std::to_string(i));
     write_attr(index, dir, "ports/1/gid_attrs/types/" + std::to_string(i));
+  }
+  // device/net/IFNAME for each kernel interface that carries the port's
+  // IPv4 address, as a RoCE device lists its netdev there (rdma-core's
+  // suite finds the address its rdma_cm tests use that way). Only a link
+  // on a kernel interface (af_packet, af_xdp) or a test that gives one the
+  // same address has one.
+  if (dev.ok() && (*dev)->port().ip != 0) {
+    ifaddrs* ifs = nullptr;
+    if (getifaddrs(&ifs) == 0) {
+      for (ifaddrs* a = ifs; a != nullptr; a = a->ifa_next) {
+        if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+        if (ntohl(in->sin_addr.s_addr) == (*dev)->port().ip) make_dirs(dir + "/device/net/" + a->ifa_name);
+      }
+      freeifaddrs(ifs);
+    }
   }
   // hw_counters/: one file per device counter; an open of one reads the
   // live value (hw_counters.cc), the files here answer stat and readdir.

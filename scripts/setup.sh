@@ -25,6 +25,8 @@ packages=(
   # librdmacm programs over droce's connection manager (tests/integration/cm_pair.sh),
   # rsockets, libfabric's verbs provider, and tshark to decode the CM MADs
   rdmacm-utils librdmacm-dev libfabric-bin tshark fio
+  # rdma-core's own conformance suite (tests/integration/pyverbs_suite.sh)
+  python3-pyverbs
   # Open MPI over droce (pml ucx; tests/integration/mpi_jobs.sh, slow suite)
   openmpi-bin libopenmpi-dev
   # tools used by the scripts and tests
