@@ -170,6 +170,10 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   a.hca_core_clock = 1'000'000;  // kHz
   a.cq_mod_caps.max_cq_count = UINT16_MAX;
   a.cq_mod_caps.max_cq_period = UINT16_MAX;  // microseconds
+  // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit), kbps.
+  a.packet_pacing_caps.qp_rate_limit_min = 1;
+  a.packet_pacing_caps.qp_rate_limit_max = droce::transport::kMaxRateLimitKbps;
+  a.packet_pacing_caps.supported_qpts = (1u << IBV_QPT_RC) | (1u << IBV_QPT_UC) | (1u << IBV_QPT_UD);
   std::memcpy(attr, &a, std::min(len, sizeof(a)));
   return 0;
 }
@@ -242,6 +246,7 @@ bool sysfs_attr(int index, std::string_view file, std::string* value) {
 bool context_is_ours(ibv_context* c) { return is_ours(c); }
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
 ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
+int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
 
 bool is_qp_event(ibv_event_type t) {
   switch (t) {
@@ -373,6 +378,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_qp_ex = create_qp_ex_op;
   v.create_cq_ex = create_cq_ex_impl;
   v.modify_cq = modify_cq;
+  v.modify_qp_rate_limit = modify_qp_rate_limit;
   // Port and device events (after async_fd exists: they are queued on it).
   ctx->s->engine->AddDeviceSink(&ctx->s->events);
   return &c;

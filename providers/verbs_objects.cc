@@ -63,6 +63,7 @@ transport::QpAttr to_attr(const ibv_qp_attr& a) {
   t.max_dest_rd_atomic = a.max_dest_rd_atomic;
   t.dest_qpn = a.dest_qp_num;
   t.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+  t.rate_limit = a.rate_limit;
   return t;
 }
 
@@ -76,6 +77,7 @@ void from_attr(const transport::QpAttr& t, ibv_qp_attr* a) {
   a->rq_psn = t.rq_psn;
   a->sq_psn = t.sq_psn;
   a->dest_qp_num = t.dest_qpn;
+  a->rate_limit = t.rate_limit;
   a->qp_access_flags = t.access_flags;
   std::memcpy(a->ah_attr.grh.dgid.raw, t.av.dgid, 16);
   a->ah_attr.grh.flow_label = t.av.flow_label;
@@ -334,6 +336,21 @@ int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
       to_cq(cq)->handle.id, attr->moderate.cq_count, attr->moderate.cq_period));
 }
 
+// ibv_modify_qp_rate_limit(3): the rate with its burst and typical packet
+// size, on a QP in RTS (RTS to RTS, as mlx5 does it).
+int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
+  if (qp == nullptr || attr == nullptr || attr->comp_mask != 0) return EINVAL;
+  if (attr->rate_limit > droce::transport::kMaxRateLimitKbps) return EINVAL;
+  Qp* q = to_qp(qp);
+  std::scoped_lock l(q->sq_mu, q->rq_mu);
+  droce::transport::QpAttr t;
+  t.state = droce::transport::QpState::kRts;
+  t.rate_limit = attr->rate_limit;
+  t.max_burst_sz = attr->max_burst_sz;
+  t.typical_pkt_sz = attr->typical_pkt_sz;
+  return engine_of(qp->context)->ModifyQp(qp->qp_num, t, droce::transport::kAttrState | droce::transport::kAttrRateLimit);
+}
+
 }  // namespace droce::provider
 
 using namespace droce::provider;
@@ -536,7 +553,9 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
   if (qp == nullptr || attr == nullptr) return EINVAL;
   Qp* q = to_qp(qp);
-  if (attr_mask & ~0x3FFFFF) return EINVAL;  // bits libibverbs does not define
+  // Bits libibverbs does not define, or droce does not take (IBV_QP_RATE_LIMIT
+  // it does: packet pacing).
+  if (attr_mask & ~(0x3FFFFF | IBV_QP_RATE_LIMIT)) return EINVAL;
   if (attr_mask & IBV_QP_CAP) return EINVAL;  // resizing a QP is not supported (nor by rxe)
   // Hold both queue locks so that posting sees a consistent state.
   std::scoped_lock l(q->sq_mu, q->rq_mu);

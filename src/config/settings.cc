@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -131,6 +132,33 @@ absl::Status ParseGateway(const std::string& v, Settings* out) {
   return absl::OkStatus();
 }
 
+// DROCE_RATE: "RATE[,burst=BYTES]"; RATE in bit/s as tc writes it (at
+// least 1kbit, at most 100gbit: ibv_query_device_ex's pacing caps), BYTES
+// a count with tc's k/m (1024, 1048576).
+absl::Status ParseRate(const std::string& v, uint32_t* kbps, uint32_t* burst) {
+  std::vector<std::string> parts = absl::StrSplit(v, ',');
+  uint64_t bps = 0;
+  if (!lab::ParseRate(parts[0], &bps) || bps < 1000 || bps > 100'000'000'000ull) {
+    return Invalid(absl::StrCat("'", parts[0], "' is not a rate from 1kbit to 100gbit (e.g. 1gbit, 100M, 500kbit)"));
+  }
+  *kbps = static_cast<uint32_t>(bps / 1000);
+  *burst = 0;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    if (!absl::StartsWith(p, "burst=")) return Invalid(absl::StrCat("'", p, "': the only option is burst=BYTES"));
+    std::string n = p.substr(6);
+    uint64_t scale = 1;
+    if (!n.empty() && (n.back() == 'k' || n.back() == 'K')) scale = 1024, n.pop_back();
+    else if (!n.empty() && (n.back() == 'm' || n.back() == 'M')) scale = 1024 * 1024, n.pop_back();
+    uint64_t b = 0;
+    if (!absl::SimpleAtoi(n, &b) || b * scale > UINT32_MAX) {
+      return Invalid(absl::StrCat("'", p, "': burst is a byte count (e.g. burst=65536 or burst=64k)"));
+    }
+    *burst = static_cast<uint32_t>(b * scale);
+  }
+  return absl::OkStatus();
+}
+
 // Assigns a parsed value, or passes its error on.
 template <typename T, typename U>
 absl::Status Assign(absl::StatusOr<T> v, U* field) {
@@ -180,6 +208,7 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
       g.trace = *std::move(o);
       return absl::OkStatus();
     }
+    case Setting::kRate: return ParseRate(v, &g.rate_kbps, &g.rate_burst);
   }
   return absl::InternalError("unknown setting");
 }

@@ -80,6 +80,12 @@ struct GlobalSettings {
   // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
   // records it at completion.
   bool latency = false;
+  // DROCE_RATE: packet pacing of every QP from its creation
+  // ("RATE[,burst=BYTES]", RATE as tc's: "1gbit", "100M", "500kbit"), as if
+  // each were given IBV_QP_RATE_LIMIT; 0: unpaced. A program's own
+  // ibv_modify_qp(IBV_QP_RATE_LIMIT) overrides it for its QP.
+  uint32_t rate_kbps = 0;
+  uint32_t rate_burst = 0;  // bytes; 0: one frame
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -128,8 +134,9 @@ enum class Setting : uint8_t {
   kWatch,
   kCapture,
   kTrace,
+  kRate,
 };
-inline constexpr size_t kNumSettings = 21;
+inline constexpr size_t kNumSettings = 22;
 
 struct SettingInfo {
   Setting setting;
@@ -162,6 +169,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kWatch, "DROCE_WATCH_US", nullptr, false},
     {Setting::kCapture, "DROCE_CAPTURE", "capture", false},
     {Setting::kTrace, "DROCE_TRACE", "trace", false},
+    {Setting::kRate, "DROCE_RATE", "rate", false},
 }};
 
 // kSettings is indexed by Setting.

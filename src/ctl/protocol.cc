@@ -199,6 +199,9 @@ WireQpAttr ToWire(const transport::QpAttr& a) {
   w.rq_psn = a.rq_psn;
   w.sq_psn = a.sq_psn;
   w.dest_qpn = a.dest_qpn;
+  w.rate_limit = a.rate_limit;
+  w.max_burst_sz = a.max_burst_sz;
+  w.typical_pkt_sz = a.typical_pkt_sz;
   return w;
 }
 
@@ -223,6 +226,11 @@ WireQpAttr Masked(const WireQpAttr& w, uint32_t mask) {
   if (mask & kAttrSqPsn) a.sq_psn = w.sq_psn;
   if (mask & kAttrMaxDestRdAtomic) a.max_dest_rd_atomic = w.max_dest_rd_atomic;
   if (mask & kAttrDestQpn) a.dest_qpn = w.dest_qpn;
+  if (mask & kAttrRateLimit) {
+    a.rate_limit = w.rate_limit;
+    a.max_burst_sz = w.max_burst_sz;
+    a.typical_pkt_sz = w.typical_pkt_sz;
+  }
   return a;
 }
 
@@ -248,6 +256,11 @@ absl::Status FromWire(const WireQpAttr& w, transport::QpAttr* a) {
   a->rq_psn = w.rq_psn;
   a->sq_psn = w.sq_psn;
   a->dest_qpn = w.dest_qpn;
+  if (w.rate_limit > transport::kMaxRateLimitKbps) return Bad("rate_limit");
+  if (w.pad2 != 0 || w.pad3 != 0) return Bad("padding");
+  a->rate_limit = w.rate_limit;
+  a->max_burst_sz = w.max_burst_sz;
+  a->typical_pkt_sz = w.typical_pkt_sz;
   return absl::OkStatus();
 }
 

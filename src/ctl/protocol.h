@@ -208,6 +208,9 @@ struct WireQpAttr {
   uint8_t timeout, retry_cnt, rnr_retry, max_rd_atomic;
   uint8_t min_rnr_timer, max_dest_rd_atomic, en_sqd_async_notify, pad;
   uint32_t rq_psn, sq_psn, dest_qpn;
+  uint32_t rate_limit, max_burst_sz;  // kbps, bytes (IBV_QP_RATE_LIMIT)
+  uint16_t typical_pkt_sz, pad2;
+  uint32_t pad3;
 };
 struct ModifyQp {
   uint32_t qpn;

@@ -65,6 +65,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"fault", Setting::kFault, Kind::kString},
     {"capture", Setting::kCapture, Kind::kString},
     {"trace", Setting::kTrace, Kind::kString},
+    {"rate", Setting::kRate, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -177,6 +177,8 @@ absl::Status Device::Setup(const Config& cfg) {
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
   measure_latency_ = cfg.latency;
+  rate_kbps_ = cfg.rate_kbps;
+  rate_burst_ = cfg.rate_burst;
   SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -593,6 +595,8 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.srq = srq != nullptr ? srq->srq.get() : nullptr;
     init.port = TransportPort();
     init.measure_latency = measure_latency_;
+    init.rate_kbps = rate_kbps_;
+    init.rate_burst = rate_burst_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
     if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;

@@ -23,6 +23,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <queue>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -85,6 +86,7 @@ struct QpEntry {
   Worker* owner = nullptr;
   bool active = false;  // on the owner's active list (has something to send)
   bool timed = false;   // on the owner's timed list (awaits ACKs)
+  uint64_t paced_at = 0;  // its entry in the owner's pacing queue (ns), 0 if none
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   EventSink* events = nullptr;
   uint64_t cookie = 0;
@@ -117,6 +119,15 @@ struct Worker final : transport::TransportEnv {
   rte_ring* inbox = nullptr;
 
   std::vector<QpEntry*> active, timed;
+  // QPs held by their pacer (transport/pacer.h), by the time they may send
+  // again: a min-heap of (ns, qpn); an entry whose QP is gone or was
+  // rescheduled (QpEntry::paced_at differs) is dropped when it comes up.
+  struct Paced {
+    uint64_t ns;
+    uint32_t qpn;
+    bool operator>(const Paced& o) const { return ns > o.ns; }
+  };
+  std::priority_queue<Paced, std::vector<Paced>, std::greater<Paced>> paced;
   std::vector<rte_mbuf*> tx;
   // The fault stage (DROCE_FAULT); nullptr without rules. tx[0..tx_judged)
   // went through it already (frames the link did not take wait in tx).
@@ -374,11 +385,13 @@ class Device final : public Session {
     uint64_t timer_ns = 0;  // the worker's last timer tick
     uint64_t now_ns = 0;    // the turn's clock reading
     bool pending = false;   // QPs with work or awaiting ACKs, or a held CQ event
+    uint64_t pace_due_ns = 0;  // the first paced QP's time to send, 0 if none
   };
   // One turn of w's loop by a thread that holds w's drive lock, which it
   // releases; then runs the work the turn left for all workers stopped.
   bool DriveLocked(Worker& w, Turn* turn = nullptr);
   bool PollOnce(Worker& w);
+  void PaceSleep(Worker& w, long ns);
   void HandleDoorbells(Worker& w);
   bool SourcesNonEmpty(const Worker& w) const;
   // `handed`: the frame was received by another worker and handed to w.
@@ -467,6 +480,7 @@ class Device final : public Session {
   std::atomic<uint64_t> app_seen_ns_{0};
   bool app_progress_ = true;
   bool measure_latency_ = false;  // DROCE_LATENCY: QPs record post-to-completion latencies
+  uint32_t rate_kbps_ = 0, rate_burst_ = 0;  // DROCE_RATE: every QP's pacing from its creation
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);
 
   // The device's tables: changed only by the control path (every worker

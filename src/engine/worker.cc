@@ -39,6 +39,10 @@ constexpr unsigned kSpinLoops = 200;
 // cannot see it (no Rx interrupts on memif/af_xdp/af_packet).
 constexpr uint64_t kYieldWindowNs = 5'000'000;
 constexpr long kSleepNs = 200'000;
+// How long before a paced QP's next packet the worker stops sleeping and
+// spins (transport/pacer.h): a futex sleep with 1 ns slack still wakes some
+// tens of microseconds late on a busy machine.
+constexpr uint64_t kPaceSpinNs = 60'000;
 // While application threads drive the engine (ibv_poll_cq, ibv_post_*), the
 // worker naps and takes over when they have not driven for this long, or at
 // once when one of them is about to block (Device::Handoff). Every wakeup of
@@ -250,6 +254,7 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     turn->now_ns = w.last_poll_ns;
     turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
                     (w.fault != nullptr && w.fault->holding());
+    turn->pace_due_ns = w.paced.empty() ? 0 : w.paced.top().ns;
   }
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);
@@ -371,11 +376,27 @@ bool Device::PollOnce(Worker& w) {
     for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
     busy |= n > 0;
   }
+  // Paced QPs whose time has come send again (one comparison when none).
+  if (!w.paced.empty()) [[unlikely]] {
+    const uint64_t t = NowNs();
+    while (!w.paced.empty() && w.paced.top().ns <= t) {
+      const Worker::Paced p = w.paced.top();
+      w.paced.pop();
+      auto it = qps_.find(p.qpn);
+      if (it == qps_.end() || it->second->owner != &w || it->second->paced_at != p.ns) continue;
+      it->second->paced_at = 0;
+      Activate(it->second.get());
+    }
+  }
   // Requesters with work. A QP leaves the list when it has nothing sendable.
   for (size_t i = 0; i < w.active.size();) {
     QpEntry* e = w.active[i];
     const bool more = e->qp->PollSend(kSendBudget);
     DeliverEvents(e);
+    if (const uint64_t until = e->qp->paced_until(); until != 0 && e->paced_at != until) [[unlikely]] {
+      e->paced_at = until;
+      w.paced.push({until, e->qp->qpn()});
+    }
     if (e->qp->HasOutstanding() && !e->timed) {
       e->timed = true;
       w.timed.push_back(e);
@@ -423,6 +444,21 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
     rte_pause();
     return;
   }
+  if (turn.pace_due_ns != 0) [[unlikely]] {
+    // A paced QP sends at pace_due_ns: spin for the last stretch (a sleep
+    // or a yield could overshoot it by far more than the spacing), sleep
+    // until then if nothing else is pending.
+    const uint64_t now = NowNs();
+    if (turn.pace_due_ns <= now + kPaceSpinNs) {
+      rte_pause();
+      return;
+    }
+    if (!turn.pending) {
+      const long ns = static_cast<long>(std::min<uint64_t>(turn.pace_due_ns - now - kPaceSpinNs, kSleepNs));
+      PaceSleep(w, ns);
+      return;
+    }
+  }
   if (turn.timer_ns - *last_busy_ns < kYieldWindowNs || turn.pending) {
     sched_yield();
     return;
@@ -432,6 +468,17 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
            w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
   });
   *last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
+}
+
+// A sleep that must end on time: timer slack 1 ns for it (the default 50 µs
+// would overshoot the spacing of a paced flow), woken early by work.
+void Device::PaceSleep(Worker& w, long ns) {
+  prctl(PR_SET_TIMERSLACK, 1UL);
+  SleepUnless(w, ns, [this, &w] {
+    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
+           w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
+  });
+  if (!t_realtime) prctl(PR_SET_TIMERSLACK, 0UL);
 }
 
 void Device::Activate(QpEntry* e) {

@@ -57,6 +57,9 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   responses_.resize(kMaxResponses);
   atomic_history_.resize(kMaxResponses);
   ResetUdMtu();
+  default_rate_kbps_ = init.rate_kbps;
+  default_rate_burst_ = init.rate_burst;
+  DefaultPacing();
 }
 
 // UD has no path MTU attribute: a UD message may be as long as the port's
@@ -126,10 +129,12 @@ Transition transition(QpType type, QpState cur, QpState next) {
       break;
     case S::kRtr:
       if (next == S::kRts) {
-        if (ud) return {kAttrSqPsn, kAttrCurState | kAttrQkey, true};
+        // IBV_QP_RATE_LIMIT: optional here and RTS->RTS, as the kernel's
+        // ib_modify_qp_is_ok has it.
+        if (ud) return {kAttrSqPsn, kAttrCurState | kAttrQkey | kAttrRateLimit, true};
         uint32_t req = kAttrSqPsn;
         if (rc) req |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
-        uint32_t opt = kAttrCurState | kAttrAltPath | kAttrAccessFlags | kAttrPathMigState;
+        uint32_t opt = kAttrCurState | kAttrAltPath | kAttrAccessFlags | kAttrPathMigState | kAttrRateLimit;
         if (rc) opt |= kAttrMinRnrTimer;
         return {req, opt, true};
       }
@@ -137,8 +142,8 @@ Transition transition(QpType type, QpState cur, QpState next) {
     case S::kRts:
     case S::kSqe:
       if (next == S::kRts) {
-        if (ud) return {0, kAttrCurState | kAttrQkey, true};
-        uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState;
+        if (ud) return {0, kAttrCurState | kAttrQkey | kAttrRateLimit, true};
+        uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState | kAttrRateLimit;
         if (rc) opt |= kAttrMinRnrTimer;
         return {0, opt, true};
       }
@@ -209,6 +214,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   wire::Ipv6Addr dgid = dgid_;
   if ((mask & kAttrAv) && !av_destination(a.av, port_, AvUse::kConnected, &dgid)) return EINVAL;
   if ((mask & kAttrQkey) && type_ != QpType::kUd) return EINVAL;
+  if ((mask & kAttrRateLimit) && a.rate_limit > kMaxRateLimitKbps) return EINVAL;
 
   if (mask & kAttrAccessFlags) attr_.access_flags = a.access_flags;
   if (mask & kAttrPkeyIndex) attr_.pkey_index = a.pkey_index;
@@ -219,7 +225,17 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     dgid_ = dgid;
     mac_valid_ = false;
   }
-  if (mask & kAttrPathMtu) attr_.path_mtu = a.path_mtu < port_.max_mtu ? a.path_mtu : port_.max_mtu;
+  if (mask & kAttrPathMtu) {
+    attr_.path_mtu = a.path_mtu < port_.max_mtu ? a.path_mtu : port_.max_mtu;
+    if (pacer_.on()) pacer_.SetMaxFrame(MaxFrame(), env_->NowNs());
+  }
+  if (mask & kAttrRateLimit) {
+    attr_.rate_limit = a.rate_limit;
+    attr_.max_burst_sz = a.max_burst_sz;
+    attr_.typical_pkt_sz = a.typical_pkt_sz;
+    pacer_.Set(a.rate_limit, a.max_burst_sz, MaxFrame(), env_->NowNs());
+    if (!pacer_.on()) paced_until_ns_ = 0;
+  }
   if (mask & kAttrTimeout) attr_.timeout = a.timeout;
   if (mask & kAttrRetryCnt) attr_.retry_cnt = a.retry_cnt;
   if (mask & kAttrRnrRetry) attr_.rnr_retry = a.rnr_retry;
@@ -258,6 +274,13 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   return 0;
 }
 
+void Qp::DefaultPacing() {
+  attr_.rate_limit = default_rate_kbps_;
+  attr_.max_burst_sz = default_rate_burst_;
+  attr_.typical_pkt_sz = 0;
+  pacer_.Set(default_rate_kbps_, default_rate_burst_, MaxFrame(), env_->NowNs());
+}
+
 void Qp::ResetQueues() {
   // Moving to RESET discards every WQE without a completion (IBA 10.3.1).
   const uint32_t sq_prod = sq_.load_prod_acquire();
@@ -280,7 +303,9 @@ void Qp::ResetQueues() {
   msn_ = 0;
   mac_valid_ = false;
   attr_ = QpAttr{};  // state RESET, already published by Modify
+  paced_until_ns_ = 0;
   ResetUdMtu();
+  DefaultPacing();
 }
 
 void Qp::SetState(QpState s) {

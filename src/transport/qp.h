@@ -19,6 +19,7 @@
 #include "queue/abi.h"
 #include "queue/ring.h"
 #include "transport/env.h"
+#include "transport/pacer.h"
 #include "transport/trace.h"
 #include "wire/frame.h"
 
@@ -54,6 +55,7 @@ enum AttrMask : uint32_t {
   kAttrPathMigState = 1 << 18,
   kAttrCap = 1 << 19,
   kAttrDestQpn = 1 << 20,
+  kAttrRateLimit = 1 << 25,  // IBV_QP_RATE_LIMIT
 };
 
 struct AddressVector {
@@ -88,7 +90,16 @@ struct QpAttr {
   uint8_t max_dest_rd_atomic = 1;
   uint32_t dest_qpn = 0;
   bool en_sqd_async_notify = false;
+  // Packet pacing (kAttrRateLimit): kbps, 0 unlimited; the burst in bytes
+  // (0: one frame) and the typical packet size (ibv_modify_qp_rate_limit;
+  // kept and reported, the pacer needs no hint).
+  uint32_t rate_limit = 0;
+  uint32_t max_burst_sz = 0;
+  uint16_t typical_pkt_sz = 0;
 };
+// The fastest a QP may be paced at, kbps (ibv_query_device_ex's
+// packet_pacing_caps.qp_rate_limit_max): 100 Gb/s, as a ConnectX-5.
+inline constexpr uint32_t kMaxRateLimitKbps = 100'000'000;
 
 struct QpCaps {
   uint32_t max_send_wr = 0, max_recv_wr = 0;  // ring sizes (powers of two)
@@ -188,6 +199,9 @@ struct QpInit {
   std::atomic<uint32_t>* state_word = nullptr;
   // Record post-to-completion latencies of WQEs the provider stamped.
   bool measure_latency = false;
+  // Pacing from creation (and again after a reset), as IBV_QP_RATE_LIMIT
+  // with this rate (kbps, 0: none) and burst (DROCE_RATE).
+  uint32_t rate_kbps = 0, rate_burst = 0;
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -228,6 +242,9 @@ class Qp {
   void OnTimer(uint64_t now_ns);
   // True while sent packets await acknowledgement (timers matter).
   bool HasOutstanding() const { return unacked_psn_ != next_psn_ || rnr_wait_; }
+  // PollSend stopped for the pacer: when the next request may leave (ns,
+  // the env's clock); 0 when not held by it.
+  uint64_t paced_until() const { return paced_until_ns_; }
   // True while the responder owes READ responses or ACKs.
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
@@ -376,6 +393,7 @@ class Qp {
   // A built frame goes out: sent, counted, traced.
   void Transmit(const TxFrame& f, uint32_t frame_len, const wire::Bth& b, uint32_t syndrome = 0) {
     env_->SendFrame(f, frame_len);
+    last_tx_len_ = frame_len;
     Count(QpCounter::sent_pkts);
     Trace(TraceKind::kTx, b.opcode, b.psn, syndrome, frame_len);
   }
@@ -405,6 +423,14 @@ class Qp {
   uint32_t events_ = 0;
   QpCounters counters_;
   TraceSink* trace_ = nullptr;
+  Pacer pacer_;
+  uint32_t default_rate_kbps_ = 0, default_rate_burst_ = 0;  // QpInit's
+  void DefaultPacing();  // QpInit's rate, in attr_ and the pacer
+  uint64_t paced_until_ns_ = 0;
+  uint32_t last_tx_len_ = 0;  // the last frame Transmit sent
+  // The largest frame of a request at the path MTU (headers included, with
+  // room for a VLAN tag and an IPv6 header): the pacer's burst accounting.
+  uint32_t MaxFrame() const { return mtu_bytes(attr_.path_mtu) + 128; }
   bool measure_latency_ = false;
   std::unique_ptr<lab::LatencyHistogram> latency_[kNumLatClasses];
   std::atomic<const lab::LatencyHistogram*> latency_pub_[kNumLatClasses] = {};

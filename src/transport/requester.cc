@@ -389,7 +389,13 @@ bool Qp::PollSend(unsigned budget) {
       last_progress_ns_ = env_->NowNs();  // the timer starts with the first packet
     }
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
+    // Packet pacing (pacer.h): one clock reading per request when on.
+    if (pacer_.on()) [[unlikely]] {
+      if (!pacer_.Ready(env_->NowNs(), &paced_until_ns_)) return more;
+      paced_until_ns_ = 0;
+    }
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
+    if (pacer_.on()) [[unlikely]] pacer_.Sent(last_tx_len_);
     ++sent;
     if (rd) {
       // Requests start at most at resp_pkts (every rewind names the first

@@ -76,6 +76,8 @@ class SimLink {
 
   uint64_t clock = 1'000'000;  // virtual ns
   LinkStats stats;
+  // Sees every frame as it is sent, at `clock` (before the fault dice).
+  std::function<void(std::span<const uint8_t>)> on_send;
 
   bool Alloc(uint32_t len, TxFrame* f) {
     if (len > kFrameCap) return false;
@@ -93,6 +95,7 @@ class SimLink {
       return;
     }
     ++stats.sent;
+    if (on_send) on_send(std::span<const uint8_t>(f.data, len));
     if (Roll(loss_)) {
       ++stats.lost;
       free_.push_back(f.data);
@@ -257,6 +260,7 @@ struct SimQp {
   uint32_t ip = 0;
   wire::Ipv6Addr ip6{};  // with has_ip6: the port's GID index 1
   bool has_ip6 = false;
+  uint32_t rate_kbps = 0;  // QpInit::rate_kbps (DROCE_RATE), set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
 
   void Init(SimLink* link, uint32_t qpn, uint32_t ip_addr, uint32_t depth, uint32_t cq_depth,
@@ -291,6 +295,7 @@ struct SimQp {
     init.port.max_mtu = 5;
     init.port.has_ip6 = has_ip6;
     init.port.ip6 = ip6;
+    init.rate_kbps = rate_kbps;
     qp = std::make_unique<Qp>(init, env.get());
     buf.resize(buf_len);  // contents are the caller's business
     key = env->mrs.Register(kSimPd, Addr(0), Addr(0), buf.size(), kSimAccess)->key;
@@ -440,6 +445,12 @@ class SimNet {
     const bool active = more || delivered != 0 || link.stats.sent != sent_before;
     // Busy: a short step. Waiting for the link: jump to the next delivery.
     // Nothing in flight: a timer may be pending, advance in 100 µs steps.
+    // Never past the moment a paced QP may send again (transport/pacer.h),
+    // so that paced departures are exact in virtual time.
+    uint64_t paced = UINT64_MAX;
+    for (SimQp* q : qps_) {
+      if (q->qp->paced_until() > link.clock) paced = std::min(paced, q->qp->paced_until());
+    }
     if (active) {
       link.clock += 500;
     } else if (!link.idle()) {
@@ -447,8 +458,9 @@ class SimNet {
     } else {
       link.clock += 100'000;
     }
+    link.clock = std::min(link.clock, paced);
     for (SimQp* q : qps_) q->qp->OnTimer(link.clock);
-    return active || !link.idle();
+    return active || !link.idle() || paced != UINT64_MAX;
   }
 
   // Steps until done() or until virtual time passes `limit_ns`; false on

@@ -1,0 +1,68 @@
+// Packet pacing of one QP's requests (IBV_QP_RATE_LIMIT,
+// ibv_modify_qp_rate_limit, DROCE_RATE): a token bucket in bytes of the
+// frames handed to the link (Ethernet header to ICRC; no preamble, gap or
+// FCS), refilled at the rate and holding at most the burst.
+//
+// A packet may leave while the bucket is not in deficit; it then takes its
+// frame's bytes, which may put the bucket in deficit, and the next packet
+// waits until the refill has paid that back. So the long-run rate is exact
+// whatever the packet sizes, and the bytes that leave back to back after an
+// idle spell are at most the burst (the bucket's depth is the burst less
+// one largest frame, since the last packet of a burst may take the bucket
+// from 0 to minus a frame). Time is the transport's (ns, virtual in tests).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace droce::transport {
+
+class Pacer {
+ public:
+  // rate_kbps 0: unlimited (the pacer is off). burst_bytes 0: one frame
+  // (each packet spaced from the last). max_frame: the largest frame the
+  // QP sends (its path MTU's payload plus headers).
+  void Set(uint32_t rate_kbps, uint32_t burst_bytes, uint32_t max_frame, uint64_t now_ns) {
+    rate_kbps_ = rate_kbps;
+    burst_bytes_ = burst_bytes;
+    max_frame_ = max_frame;
+    depth_ = burst_bytes > max_frame ? static_cast<double>(burst_bytes - max_frame) : 0.0;
+    tokens_ = depth_;  // a new rate starts with a full bucket
+    last_ns_ = now_ns;
+  }
+  // The path MTU changed: the depth follows.
+  void SetMaxFrame(uint32_t max_frame, uint64_t now_ns) {
+    if (max_frame != max_frame_) Set(rate_kbps_, burst_bytes_, max_frame, now_ns);
+  }
+  bool on() const { return rate_kbps_ != 0; }
+  uint32_t rate_kbps() const { return rate_kbps_; }
+  uint32_t burst_bytes() const { return burst_bytes_; }
+
+  // May a packet leave at now? If not, *ready_ns says when one may.
+  bool Ready(uint64_t now_ns, uint64_t* ready_ns) {
+    Refill(now_ns);
+    if (tokens_ >= 0) return true;
+    // Bytes owed, at rate_kbps * 1000 / 8 bytes per second.
+    const double wait_ns = -tokens_ * 8e6 / static_cast<double>(rate_kbps_);
+    *ready_ns = now_ns + static_cast<uint64_t>(wait_ns) + 1;
+    return false;
+  }
+  // A frame of `bytes` left at now (after Ready said so).
+  void Sent(uint32_t bytes) { tokens_ -= bytes; }
+
+ private:
+  void Refill(uint64_t now_ns) {
+    if (now_ns <= last_ns_) return;
+    tokens_ = std::min(depth_, tokens_ + static_cast<double>(now_ns - last_ns_) * rate_kbps_ / 8e6);
+    last_ns_ = now_ns;
+  }
+
+  uint32_t rate_kbps_ = 0;
+  uint32_t burst_bytes_ = 0;
+  uint32_t max_frame_ = 0;
+  double depth_ = 0;
+  double tokens_ = 0;  // bytes; negative: owed
+  uint64_t last_ns_ = 0;
+};
+
+}  // namespace droce::transport
