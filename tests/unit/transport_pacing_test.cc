@@ -27,10 +27,11 @@ TEST(Pacer, OffUntilARateIsSet) {
   EXPECT_FALSE(p.on());
 }
 
-// 1,000-byte frames at 1 Gb/s leave every 8 µs, to the nanosecond.
+// 1,000-byte frames at 1 Gb/s with a burst of one frame leave every 8 µs,
+// to the nanosecond.
 TEST(Pacer, SpacesFramesAtTheRate) {
   Pacer p;
-  p.Set(1'000'000, 0, 1100, 0);
+  p.Set(1'000'000, 1, 1100, 0);
   uint64_t now = 0, ready = 0;
   std::vector<uint64_t> sent;
   while (sent.size() < 100) {
@@ -68,13 +69,14 @@ TEST(Pacer, BurstAfterIdleIsBounded) {
 // A QP paced at RATE sends its WRITE packets exactly spaced by their frame
 // sizes at that rate, over the whole transfer: the long-run rate within
 // 0.1 % and every gap within a nanosecond or two of frame * 8 / rate.
-void PacedTransfer(uint32_t kbps, uint32_t len, uint8_t mtu) {
+void PacedTransfer(uint32_t kbps, uint32_t len, uint8_t mtu, uint32_t burst = 1) {
   SimPair p(LinkFaults{}, 7);
   ASSERT_EQ(0, p.Init(64, 256, len + 64, {.mtu = mtu}));
   SimQp &a = p.a, &b = p.b;
   QpAttr r;
   r.state = QpState::kRts;
   r.rate_limit = kbps;
+  r.max_burst_sz = burst;
   ASSERT_EQ(0, a.qp->Modify(r, kAttrState | kAttrRateLimit));
   EXPECT_EQ(a.qp->attr().rate_limit, kbps);
   // a's requests as they leave.
@@ -97,19 +99,49 @@ void PacedTransfer(uint32_t kbps, uint32_t len, uint8_t mtu) {
   }));
   ASSERT_GT(seen.size(), 10u);
   const double ns_per_byte = 8e6 / kbps;
+  // The token bucket's envelope: over any stretch of packets i..j, no more
+  // than the burst plus what the rate allows in between (the burst is at
+  // least one frame).
+  const uint64_t allowed = std::max<uint64_t>(burst != 0 ? burst : Pacer::DefaultBurst(kbps, mtu_bytes(mtu) + 128),
+                                              mtu_bytes(mtu) + 128);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    uint64_t bytes = 0;
+    for (size_t j = i; j < seen.size(); ++j) {
+      bytes += seen[j].second;
+      const double budget = allowed + static_cast<double>(seen[j].first - seen[i].first) / ns_per_byte + 1;
+      ASSERT_LE(static_cast<double>(bytes), budget) << "packets " << i << ".." << j;
+    }
+  }
+  // Steady state once the first burst has left: each gap the previous
+  // frame's time at the rate (a burst of one frame: from the first packet).
+  size_t first = 0;
+  while (first + 1 < seen.size() &&
+         static_cast<double>(seen[first + 1].first - seen[first].first) < 0.99 * seen[first].second * ns_per_byte) {
+    ++first;
+  }
+  if (burst == 1) EXPECT_EQ(first, 0u);
   uint64_t bytes = 0;
-  for (size_t i = 1; i < seen.size(); ++i) {
+  for (size_t i = first + 1; i < seen.size(); ++i) {
     const double want = seen[i - 1].second * ns_per_byte;
     EXPECT_NEAR(static_cast<double>(seen[i].first - seen[i - 1].first), want, 2.0) << "packet " << i;
     bytes += seen[i - 1].second;
   }
-  const double rate_kbps = bytes * 8e6 / static_cast<double>(seen.back().first - seen.front().first);
+  const double rate_kbps = bytes * 8e6 / static_cast<double>(seen.back().first - seen[first].first);
   EXPECT_NEAR(rate_kbps / kbps, 1.0, 0.001);
+  EXPECT_EQ(a.env->stats.completer_retry_err, 0u) << "a paced transfer timed out";
 }
 
 TEST(TransportPacing, TenMegabitsMtu1024) { PacedTransfer(10'000, 64 * 1024, 3); }
+// 64 KiB takes 140 ms at 4 Mb/s, longer than the ACK timeout (14: 67 ms):
+// the paced requester asks for ACKs often enough that nothing times out.
+TEST(TransportPacing, SlowerThanTheAckTimeout) {
+  PacedTransfer(4'000, 256 * 1024, 3);
+}
 TEST(TransportPacing, OneGigabitMtu4096) { PacedTransfer(1'000'000, 256 * 1024, 5); }
 TEST(TransportPacing, TenGigabitsMtu1024) { PacedTransfer(10'000'000, 256 * 1024, 3); }
+// The default burst (max_burst_sz 0) and a larger one given.
+TEST(TransportPacing, DefaultBurst) { PacedTransfer(1'000'000, 256 * 1024, 3, 0); }
+TEST(TransportPacing, GivenBurst) { PacedTransfer(1'000'000, 256 * 1024, 3, 16 * 1024); }
 
 // The attribute is taken only where the kernel takes it (RTR to RTS, RTS to
 // RTS), within the announced maximum; rate 0 turns pacing off.
