@@ -361,6 +361,26 @@ TEST(Settings, CaptureAndTrace) {
   EXPECT_STREQ(Info(Setting::kTrace).flag, "trace");
 }
 
+// DROCE_RATE: tc's rate syntax, a burst in bytes with tc's k/m.
+TEST(Settings, Rate) {
+  auto s = Raw().Set(Setting::kRate, "1gbit").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->global.rate_kbps, 1'000'000u);
+  EXPECT_EQ(s->global.rate_burst, 0u);
+  s = Raw().Set(Setting::kRate, "250M,burst=64k").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->global.rate_kbps, 250'000u);
+  EXPECT_EQ(s->global.rate_burst, 65536u);
+  EXPECT_EQ(Raw().Parse()->global.rate_kbps, 0u);
+  ExpectRefused(Raw().Set(Setting::kRate, "500"), Setting::kRate,
+                "'500' is not a rate from 1kbit to 100gbit (e.g. 1gbit, 100M, 500kbit)");
+  ExpectRefused(Raw().Set(Setting::kRate, "1gbit,size=3"), Setting::kRate,
+                "'size=3': the only option is burst=BYTES");
+  ExpectRefused(Raw().Set(Setting::kRate, "1gbit,burst=lots"), Setting::kRate,
+                "'burst=lots': burst is a byte count (e.g. burst=65536 or burst=64k)");
+  EXPECT_STREQ(Info(Setting::kRate).flag, "rate");
+}
+
 TEST(Settings, Watch) {
   EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
   EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);
