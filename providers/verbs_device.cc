@@ -170,6 +170,14 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   a.hca_core_clock = 1'000'000;  // kHz
   a.cq_mod_caps.max_cq_count = UINT16_MAX;
   a.cq_mod_caps.max_cq_period = UINT16_MAX;  // microseconds
+  // On-demand paging: every registration is on demand in user space
+  // (verbs_objects.cc); not the implicit, whole-address-space kind.
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                                              IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.uc_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit), kbps.
   a.packet_pacing_caps.qp_rate_limit_min = 1;
   a.packet_pacing_caps.qp_rate_limit_max = droce::transport::kMaxRateLimitKbps;
@@ -179,6 +187,23 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
 }
 
 ibv_qp* create_qp_ex_op(ibv_context* c, ibv_qp_init_attr_ex* attr);
+
+// ibv_query_rt_values_ex(3): the device clock completion timestamps use
+// (CLOCK_MONOTONIC in ns, hca_core_clock 1 GHz), as mlx5 reports its raw
+// clock: the count in tv_nsec, tv_sec 0. Bits it does not know are cleared.
+int query_rt_values(ibv_context* c, ibv_values_ex* values) {
+  if (!is_ours(c) || values == nullptr) return EINVAL;
+  uint32_t done = 0;
+  if (values->comp_mask & IBV_VALUES_MASK_RAW_CLOCK) {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    values->raw_clock.tv_sec = 0;
+    values->raw_clock.tv_nsec = static_cast<long>(uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec));
+    done |= IBV_VALUES_MASK_RAW_CLOCK;
+  }
+  values->comp_mask = done;
+  return 0;
+}
 
 
 }  // namespace
@@ -247,6 +272,7 @@ bool context_is_ours(ibv_context* c) { return is_ours(c); }
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
 ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge);
 
 bool is_qp_event(ibv_event_type t) {
   switch (t) {
@@ -379,6 +405,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_cq_ex = create_cq_ex_impl;
   v.modify_cq = modify_cq;
   v.modify_qp_rate_limit = modify_qp_rate_limit;
+  v.advise_mr = advise_mr;
+  v.query_rt_values = query_rt_values;
   // Port and device events (after async_fd exists: they are queued on it).
   ctx->s->engine->AddDeviceSink(&ctx->s->events);
   return &c;

@@ -1,14 +1,18 @@
 // Protection domains, memory regions, completion channels, CQs and QPs.
 #include <fcntl.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <new>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "ctl/protocol.h"
 #include "provider.h"
 
@@ -319,7 +323,18 @@ ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  if (attr->comp_mask & ~(uint32_t{IBV_QP_INIT_ATTR_PD} | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)) {
+  // The masks a RoCE provider without XRC or raw packet QPs takes: PD,
+  // SEND_OPS_FLAGS and CREATE_FLAGS. XRCD, MAX_TSO_HEADER (raw packet
+  // TSO), IND_TABLE and RX_HASH (raw packet RSS) are EOPNOTSUPP, as is any
+  // creation flag (rxe's answer to all of them): BLOCK_SELF_MCAST_LB and
+  // SOURCE_QPN are UD features droce does not have, the rest are raw packet
+  // offloads.
+  if (attr->comp_mask &
+      ~(uint32_t{IBV_QP_INIT_ATTR_PD} | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags != 0) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -334,6 +349,72 @@ int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
   // cq_mod_caps advertises the whole uint16_t ranges of count and period.
   return status_errno(to_ctx(cq->context)->s->engine->ModifyCq(
       to_cq(cq)->handle.id, attr->moderate.cq_count, attr->moderate.cq_period));
+}
+
+// On-demand MRs by lkey, for ibv_advise_mr (which names them by lkey).
+struct OdpMr {
+  ibv_pd* pd;
+  uint64_t addr, length;
+  unsigned access;
+};
+std::mutex& odp_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+absl::flat_hash_map<uint32_t, OdpMr>& odp_mrs() {
+  static auto* m = new absl::flat_hash_map<uint32_t, OdpMr>();
+  return *m;
+}
+void odp_mr_added(const ibv_mr& mr, unsigned access) {
+  std::lock_guard<std::mutex> l(odp_mu());
+  odp_mrs()[mr.lkey] = {mr.pd, reinterpret_cast<uint64_t>(mr.addr), mr.length, access};
+}
+void odp_mr_removed(const ibv_mr& mr) {
+  std::lock_guard<std::mutex> l(odp_mu());
+  odp_mrs().erase(mr.lkey);
+}
+
+// ibv_advise_mr(3), as the kernel's mlx5 answers it: an advice or flag it
+// does not know is EOPNOTSUPP; no SGE is EINVAL; an lkey that is not an
+// on-demand MR of this PD, a range outside it, or PREFETCH_WRITE on an MR
+// without local write is ENOENT. A prefetch populates the pages
+// (MADV_POPULATE_READ/WRITE; with IBV_ADVISE_MR_FLAG_FLUSH before it
+// returns, which it always does here); PREFETCH_NO_FAULT maps nothing new.
+int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge) {
+  if (pd == nullptr) return EINVAL;
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) {
+    return EOPNOTSUPP;
+  }
+  if (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) return EOPNOTSUPP;
+  if (sg_list == nullptr || num_sge == 0) return EINVAL;
+  std::vector<ibv_sge> todo(sg_list, sg_list + num_sge);
+  {
+    std::lock_guard<std::mutex> l(odp_mu());
+    for (const ibv_sge& sge : todo) {
+      auto it = odp_mrs().find(sge.lkey);
+      if (it == odp_mrs().end() || it->second.pd != pd) return ENOENT;
+      const OdpMr& m = it->second;
+      if (sge.addr < m.addr || sge.length > m.length || sge.addr - m.addr > m.length - sge.length) return ENOENT;
+      if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(m.access & IBV_ACCESS_LOCAL_WRITE)) return ENOENT;
+    }
+  }
+  if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) return 0;
+  const long page = sysconf(_SC_PAGESIZE);
+  for (const ibv_sge& sge : todo) {
+    if (sge.length == 0) continue;
+    const uint64_t start = sge.addr & ~static_cast<uint64_t>(page - 1);
+    const uint64_t end = sge.addr + sge.length;
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#define MADV_POPULATE_WRITE 23
+#endif
+    // Advice: a range the kernel cannot populate (a file mapping it may
+    // not write, say) is left to fault in when used.
+    (void)madvise(reinterpret_cast<void*>(start), end - start,
+                  advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+  }
+  return 0;
 }
 
 // ibv_modify_qp_rate_limit(3): the rate with its burst and typical packet
@@ -387,9 +468,13 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     errno = EINVAL;
     return nullptr;
   }
+  // IBV_ACCESS_ON_DEMAND: every registration here is on demand already (the
+  // engine reaches the memory through the process's own page tables and
+  // pins nothing), so it is taken and remembered for ibv_advise_mr. The
+  // implicit form (the whole address space) is not offered.
   constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING;
+                              IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND;
   if (access & ~kKnown & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)) {
     errno = EINVAL;
     return nullptr;
@@ -409,6 +494,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
   m->mr.handle = mr->key;
   m->mr.lkey = mr->key;
   m->mr.rkey = mr->key;
+  if (access & IBV_ACCESS_ON_DEMAND) odp_mr_added(m->mr, access);
   return &m->mr;
 }
 
@@ -424,6 +510,7 @@ ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, 
 int ibv_dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return EINVAL;
   if (int rc = status_errno(engine_of(mr->context)->DeregMr(mr->lkey)); rc != 0) return rc;
+  odp_mr_removed(*mr);
   delete reinterpret_cast<Mr*>(mr);
   return 0;
 }

@@ -437,6 +437,14 @@ TEST_F(Loopback, ExtendedCqPollingTimestampsAndResize) {
   ibv_device_attr_ex dx{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &dx), 0);
   EXPECT_EQ(dx.hca_core_clock, 1000000u);
+  // ibv_query_rt_values_ex reads the same clock: at or after the last
+  // completion's timestamp; bits it does not know come back cleared.
+  ibv_values_ex v{};
+  v.comp_mask = IBV_VALUES_MASK_RAW_CLOCK | 0x80;
+  ASSERT_EQ(ibv_query_rt_values_ex(ctx_, &v), 0);
+  EXPECT_EQ(v.comp_mask, static_cast<uint32_t>(IBV_VALUES_MASK_RAW_CLOCK));
+  EXPECT_EQ(v.raw_clock.tv_sec, 0);
+  EXPECT_GE(static_cast<uint64_t>(v.raw_clock.tv_nsec), last_ts);
   // Shrinking below what is pending is refused.
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostRecv(b, 200 + i, 4096, 128), 0);
   for (int i = 0; i < 4; ++i) ASSERT_EQ(PostSend(a, 10 + i, 0, 8), 0);

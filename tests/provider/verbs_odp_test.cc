@@ -1,0 +1,152 @@
+// On-demand paging through the verbs API: the caps, IBV_ACCESS_ON_DEMAND
+// registrations that carry traffic, and ibv_advise_mr's answers to good
+// and bad arguments (the kernel's mlx5 errnos).
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "loopback_fixture.h"
+
+namespace droce::test {
+namespace {
+
+using Odp = Loopback;
+
+TEST_F(Odp, CapsExplicitNotImplicit) {
+  ibv_device_attr_ex a{};
+  ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &a), 0);
+  EXPECT_EQ(a.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT));
+  const uint32_t rc = a.odp_caps.per_transport_caps.rc_odp_caps;
+  for (uint32_t bit : {IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_WRITE, IBV_ODP_SUPPORT_READ,
+                       IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_SRQ_RECV}) {
+    EXPECT_NE(rc & bit, 0u) << bit;
+  }
+  EXPECT_NE(a.odp_caps.per_transport_caps.ud_odp_caps & IBV_ODP_SUPPORT_SEND, 0u);
+  // The implicit kind (the whole address space) is refused.
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+// An RDMA WRITE from one on-demand MR into another, on memory that was
+// never touched before it was registered.
+TEST_F(Odp, WriteBetweenOnDemandMrs) {
+  constexpr size_t kLen = 1 << 20;
+  void* src = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* dst = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(src, MAP_FAILED);
+  ASSERT_NE(dst, MAP_FAILED);
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_ON_DEMAND;
+  ibv_mr* smr = ibv_reg_mr(pd_, src, kLen, access);
+  ibv_mr* dmr = ibv_reg_mr(pd_, dst, kLen, access);
+  ASSERT_NE(smr, nullptr);
+  ASSERT_NE(dmr, nullptr);
+  std::memset(src, 0x5A, kLen);
+  ibv_qp* a = CreateQp(scq_, rcq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE);
+  ibv_sge s{reinterpret_cast<uint64_t>(src), static_cast<uint32_t>(kLen), smr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &s;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uint64_t>(dst);
+  wr.wr.rdma.rkey = dmr->rkey;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto wcs = Poll(scq_, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(src, dst, kLen), 0);
+  EXPECT_EQ(ibv_dereg_mr(smr), 0);
+  EXPECT_EQ(ibv_dereg_mr(dmr), 0);
+  munmap(src, kLen);
+  munmap(dst, kLen);
+}
+
+TEST_F(Odp, AdviseMr) {
+  constexpr size_t kLen = 64 * 1024;
+  void* p = mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ibv_mr* odp = ibv_reg_mr(pd_, p, kLen, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  ibv_mr* ro = ibv_reg_mr(pd_, p, kLen, IBV_ACCESS_ON_DEMAND);  // no local write
+  ASSERT_NE(odp, nullptr);
+  ASSERT_NE(ro, nullptr);
+  const uint64_t base = reinterpret_cast<uint64_t>(p);
+  ibv_sge sge{base + 4096, 8192, odp->lkey};
+  for (auto advice : {IBV_ADVISE_MR_ADVICE_PREFETCH, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE,
+                      IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT}) {
+    EXPECT_EQ(ibv_advise_mr(pd_, advice, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1), 0) << advice;
+    EXPECT_EQ(ibv_advise_mr(pd_, advice, 0, &sge, 1), 0) << advice;
+  }
+  EXPECT_EQ(ibv_advise_mr(pd_, static_cast<ibv_advise_mr_advice>(7), 0, &sge, 1), EOPNOTSUPP);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x10, &sge, 1), EOPNOTSUPP);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 0), EINVAL);
+  ibv_sge outside{base + kLen - 8, 16, odp->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &outside, 1), ENOENT);
+  ibv_sge pinned{reinterpret_cast<uint64_t>(buf_.data()), 64, mr_->lkey};  // not on demand
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &pinned, 1), ENOENT);
+  ibv_sge ro_sge{base, 64, ro->lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &ro_sge, 1), 0);
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, 0, &ro_sge, 1), ENOENT);
+  ibv_pd* other = ibv_alloc_pd(ctx_);
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(ibv_advise_mr(other, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), ENOENT);
+  EXPECT_EQ(ibv_dealloc_pd(other), 0);
+  const uint32_t lkey = odp->lkey;
+  EXPECT_EQ(ibv_dereg_mr(odp), 0);
+  ibv_sge gone{base, 64, lkey};
+  EXPECT_EQ(ibv_advise_mr(pd_, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &gone, 1), ENOENT);
+  EXPECT_EQ(ibv_dereg_mr(ro), 0);
+  munmap(p, kLen);
+}
+
+}  // namespace
+}  // namespace droce::test
+
+namespace droce::test {
+namespace {
+
+// ibv_create_qp_ex's masks and creation flags (issue 18 item 3).
+TEST_F(Loopback, CreateQpExMasksAndFlags) {
+  auto attr = [&](uint32_t mask) {
+    ibv_qp_init_attr_ex a{};
+    a.qp_type = IBV_QPT_RC;
+    a.send_cq = scq_;
+    a.recv_cq = rcq_;
+    a.cap.max_send_wr = a.cap.max_recv_wr = 8;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.comp_mask = mask;
+    a.pd = pd_;
+    return a;
+  };
+  for (ibv_qp_type t : {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD}) {
+    ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS);
+    a.qp_type = t;
+    ibv_qp* qp = ibv_create_qp_ex(ctx_, &a);
+    ASSERT_NE(qp, nullptr) << t << " " << errno;
+    EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    a.create_flags = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << t;
+  }
+  for (uint32_t m : {IBV_QP_INIT_ATTR_XRCD, IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_IND_TABLE,
+                     IBV_QP_INIT_ATTR_RX_HASH}) {
+    ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_PD | m);
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << m;
+  }
+  ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_CREATE_FLAGS);  // no PD
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+}
+
+}  // namespace
+}  // namespace droce::test
