@@ -220,6 +220,17 @@ class DaemonSession final : public engine::Session {
     }
     return absl::OkStatus();
   }
+  // A new PD or access in droced; a new range would need the registration
+  // path's memory tiers again (client_memory.h): not offered.
+  absl::Status ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t, uint64_t, uint64_t,
+                       uint32_t access) override {
+    if (flags & kReregTranslation) {
+      return absl::UnimplementedError("a new translation is not offered in client mode");
+    }
+    const ctl::ReregMr r{key, flags, pd, access};
+    if (int e = Call(ctl::kReregMr, &r, sizeof(r)); e != 0) return ctl::StatusOf(e, "rereg MR");
+    return absl::OkStatus();
+  }
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override {
     const ctl::AllocMw a{pd, type};
     ctl::IdRep rep{};

@@ -373,6 +373,18 @@ void odp_mr_removed(const ibv_mr& mr) {
   std::lock_guard<std::mutex> l(odp_mu());
   odp_mrs().erase(mr.lkey);
 }
+// After ibv_rereg_mr: the MR's PD and range as they are now; access the new
+// one (-1: unchanged), which may also make it on demand or not.
+void odp_mr_rereg(const ibv_mr& mr, int access) {
+  std::lock_guard<std::mutex> l(odp_mu());
+  auto it = odp_mrs().find(mr.lkey);
+  const unsigned acc = access >= 0 ? static_cast<unsigned>(access) : (it != odp_mrs().end() ? it->second.access : 0);
+  if (!(acc & IBV_ACCESS_ON_DEMAND)) {
+    if (it != odp_mrs().end()) odp_mrs().erase(it);
+    return;
+  }
+  odp_mrs()[mr.lkey] = {mr.pd, reinterpret_cast<uint64_t>(mr.addr), mr.length, acc};
+}
 
 // ibv_advise_mr(3), as the kernel's mlx5 answers it: an advice or flag it
 // does not know is EOPNOTSUPP; no SGE is EINVAL; an lkey that is not an
@@ -505,6 +517,49 @@ ibv_mr* (ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
 
 ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
   return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+// ibv_rereg_mr(3): the input checks are libibverbs' own (IBV_REREG_MR_ERR_INPUT
+// with EINVAL); the engine then changes the MR in place, its lkey and rkey
+// unchanged, or refuses (IBV_REREG_MR_ERR_CMD with its errno: EINVAL for a
+// bad PD or access, EBUSY with windows bound, EOPNOTSUPP for a new range in
+// client mode).
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  constexpr int kAll = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  const bool translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
+  if (mr == nullptr || !context_is_ours(mr->context) || flags == 0 || (flags & ~kAll) ||
+      (translation && (addr == nullptr || length == 0)) || (!translation && (addr != nullptr || length != 0)) ||
+      ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != mr->context))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                              IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING |
+                              IBV_ACCESS_ON_DEMAND;
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) && (static_cast<unsigned>(access) & ~kKnown)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  uint32_t f = 0;
+  using droce::engine::Session;
+  if (translation) f |= Session::kReregTranslation;
+  if (flags & IBV_REREG_MR_CHANGE_PD) f |= Session::kReregPd;
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) f |= Session::kReregAccess;
+  const uint64_t a = reinterpret_cast<uint64_t>(addr);
+  const absl::Status s = engine_of(mr->context)
+                             ->ReregMr(mr->lkey, f, pd != nullptr ? reinterpret_cast<Pd*>(pd)->id : 0, a, length, a,
+                                       static_cast<unsigned>(access) & 0x1F);
+  if (!s.ok()) {
+    errno = status_errno(s);
+    return IBV_REREG_MR_ERR_CMD;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  if (translation) {
+    mr->addr = addr;
+    mr->length = length;
+  }
+  odp_mr_rereg(*mr, (flags & IBV_REREG_MR_CHANGE_ACCESS) ? static_cast<int>(access) : -1);
+  return 0;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {
@@ -653,6 +708,16 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
     if (attr->qp_state == IBV_QPS_RESET) {
       q->sq_prod = q->handle.sq.load_prod_relaxed();
       q->rq_prod = q->handle.rq.load_prod_relaxed();
+      // Its completions not yet polled go, as libmlx5 removes them: a QP
+      // brought back from the error state does not hand its old flushes to
+      // the next poll. (On an SRQ, a removed receive's WQE is not returned.)
+      for (ibv_cq* c : {qp->recv_cq, qp->send_cq}) {
+        if (c == nullptr) continue;
+        Cq* cq = to_cq(c);
+        std::lock_guard<std::mutex> pl(cq->poll_mu);
+        cq->consumer->Clean(qp->qp_num);
+        if (qp->send_cq == qp->recv_cq) break;
+      }
     }
   }
   return 0;

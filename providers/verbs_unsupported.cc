@@ -21,10 +21,6 @@ int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*)
   return -1;
 }
 
-int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
-}
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) { return fail_null<ibv_mr>(); }
 
 int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }

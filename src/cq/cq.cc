@@ -131,6 +131,24 @@ int CqConsumer::Poll(queue::Cqe* out, int n) {
   return got;
 }
 
+uint32_t CqConsumer::Clean(uint32_t qpn) {
+  const uint32_t cons = ring_.load_cons_relaxed();
+  const uint32_t prod = ring_.load_prod_acquire();
+  uint32_t freed = 0;
+  // From the newest down: each kept entry moves up past the removed ones.
+  for (uint32_t i = prod; i != cons;) {
+    --i;
+    const auto* c = reinterpret_cast<const queue::Cqe*>(ring_.slot(i));
+    if (c->qp_num == qpn) {
+      ++freed;
+    } else if (freed != 0) {
+      std::memmove(ring_.slot(i + freed), c, sizeof(queue::Cqe));
+    }
+  }
+  if (freed != 0) ring_.publish_cons(cons + freed);
+  return freed;
+}
+
 int CqConsumer::Arm(uint32_t how) {
   ctl_->arm.fetch_or(how, std::memory_order_seq_cst);
   // Consumer half of the Dekker pair described in cq.h.

@@ -134,6 +134,11 @@ class CqConsumer {
   // Arms (kArmSolicited or kArmNextComp). Returns 1 if a completion may have
   // arrived since the last poll (the caller must poll again), else 0.
   int Arm(uint32_t how);
+  // Removes every completion of QP `qpn` not yet polled, keeping the others
+  // in order (libmlx5's mlx5_cq_clean, for a QP moved to RESET); returns
+  // how many. The producer only ever writes past the producer index, so the
+  // consumer may rearrange what lies between the indexes.
+  uint32_t Clean(uint32_t qpn);
   bool overflowed() const { return ctl_->overflowed.load(std::memory_order_acquire) != 0; }
 
  private:

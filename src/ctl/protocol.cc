@@ -47,6 +47,7 @@ constexpr OpShape kShapes[kOpEnd] = {
     {sizeof(CmChannel), 0, 0, 0},                       // kCmClose
     {sizeof(CmCommand), 0, sizeof(CmResult), 0},        // kCmCommand
     {sizeof(AdminReq), 0, sizeof(AdminRep), 1},         // kAdmin
+    {sizeof(ReregMr), 0, 0, 0},                         // kReregMr
 };
 
 absl::Status Bad(const char* what) { return absl::InvalidArgumentError(what); }
@@ -144,6 +145,15 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
       AllocMw a;
       std::memcpy(&a, p, sizeof(a));
       if (a.type != 1 && a.type != 2) return Bad("MW type");
+      return absl::OkStatus();
+    }
+    case kReregMr: {
+      ReregMr r;
+      std::memcpy(&r, p, sizeof(r));
+      if (r.flags == 0 || (r.flags & ~uint32_t{engine::Session::kReregPd | engine::Session::kReregAccess})) {
+        return Bad("rereg flags");
+      }
+      if (r.access & ~uint32_t{0x1F}) return Bad("access");
       return absl::OkStatus();
     }
     default:

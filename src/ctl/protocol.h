@@ -73,6 +73,7 @@ enum Op : uint16_t {
   // message is kAdmin instead of kHello asks questions only; it creates no
   // objects and gets no events.
   kAdmin,  // AdminReq -> AdminRep + the answer's memfd
+  kReregMr,  // ReregMr: a new PD and/or access for an MR (not a new range)
   kOpEnd,
 };
 
@@ -160,6 +161,12 @@ struct RegMr {
 struct AllocMw {
   uint32_t pd;
   uint32_t type;
+};
+struct ReregMr {
+  uint32_t key;
+  uint32_t flags;  // engine::Session::kReregPd | kReregAccess
+  uint32_t pd;
+  uint32_t access;  // mem::Access bits
 };
 struct CreateCq {
   uint32_t min_cqe;

@@ -462,6 +462,13 @@ bool Handler::Handle(Msg& m) {
       if (rc == 0) DropMr(d, key);
       return Reply(h, rc);
     }
+    case ctl::kReregMr: {
+      const auto r = Payload<ctl::ReregMr>(m);
+      if (!d.mrs.contains(r.key) || ((r.flags & engine::Session::kReregPd) && !d.pds.contains(r.pd))) {
+        return Reply(h, Foreign());
+      }
+      return Reply(h, ctl::ErrnoOf(dev.ReregMr(r.key, r.flags, r.pd, 0, 0, 0, r.access)));
+    }
     case ctl::kAllocMw: {
       const auto a = Payload<ctl::AllocMw>(m);
       if (!d.pds.contains(a.pd)) return Reply(h, Foreign());

@@ -426,6 +426,52 @@ absl::StatusOr<mem::Mr> Device::RegMrOfProcess(int32_t pid, uint32_t pd, uint64_
   return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access, pid); });
 }
 
+absl::Status Device::ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
+                            uint32_t access) {
+  return ReregMrOfProcess(0, key, flags, pd, addr, len, iova, access);
+}
+
+absl::Status Device::ReregMrOfProcess(int32_t pid, uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr,
+                                      uint64_t len, uint64_t iova, uint32_t access) {
+  if (dead()) return DeadError();
+  absl::Status s;
+  RunOnWorker([&] {
+    const mem::Mr* old = mrs_.Find(key);
+    if (old == nullptr) {
+      s = absl::InvalidArgumentError("no such MR");
+      return;
+    }
+    // A window bound to it keeps its rights and range (the kernel's rule:
+    // such an MR cannot be re-registered).
+    if (mrs_.HasBoundWindows(key)) {
+      s = absl::FailedPreconditionError("memory windows are bound to this MR");
+      return;
+    }
+    mem::Mr m = *old;
+    if (flags & kReregPd) {
+      if (PdUses(pd) == nullptr) {
+        s = absl::InvalidArgumentError("no such PD");
+        return;
+      }
+      m.pd = pd;
+    }
+    if (flags & kReregAccess) m.access = access;
+    if (flags & kReregTranslation) {
+      m.host = addr;
+      m.iova = iova;
+      m.length = len;
+      m.pid = pid;
+    }
+    const uint32_t old_pd = old->pd;
+    s = mrs_.Update(key, m);
+    if (s.ok() && m.pd != old_pd) {
+      ++*PdUses(m.pd);
+      ReleasePd(old_pd);
+    }
+  });
+  return s;
+}
+
 absl::Status Device::DeregMr(uint32_t key) {
   absl::Status s;
   RunOnWorker([&] {

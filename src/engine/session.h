@@ -174,6 +174,13 @@ class Session {
   virtual absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                         uint32_t access) = 0;
   virtual absl::Status DeregMr(uint32_t key) = 0;
+  // ibv_rereg_mr: kReregPd, kReregAccess and kReregTranslation (the values
+  // of IBV_REREG_MR_CHANGE_*) say which of pd, access and [addr, addr+len)
+  // named by iova replace the MR's; its keys stay. A session that cannot
+  // change some of them answers Unimplemented (EOPNOTSUPP).
+  enum ReregFlags : uint32_t { kReregTranslation = 1, kReregPd = 2, kReregAccess = 4 };
+  virtual absl::Status ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
+                               uint32_t access) = 0;
   virtual absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) = 0;
   virtual absl::Status DeallocMw(uint32_t rkey) = 0;
   virtual absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) = 0;

@@ -61,6 +61,17 @@ absl::StatusOr<Mr> MrTable::Register(uint32_t pd, uint64_t host, uint64_t iova, 
   return s.mr;
 }
 
+absl::Status MrTable::Update(uint32_t key, const Mr& m) {
+  if ((m.access & (kRemoteWrite | kRemoteAtomic)) && !(m.access & kLocalWrite)) {
+    return absl::InvalidArgumentError("remote write/atomic access requires local write");
+  }
+  if (m.length != 0 && m.iova + m.length < m.iova) return absl::InvalidArgumentError("range wraps");
+  if (Find(key) == nullptr) return absl::NotFoundError("no such MR");
+  Slot& s = slots_[key >> 8];
+  s.mr = Mr{m.pd, key, m.access, m.iova, m.host, m.length, m.pid};
+  return absl::OkStatus();
+}
+
 bool MrTable::Deregister(uint32_t key) {
   if (Find(key) == nullptr) return false;
   Free(key >> 8);

@@ -98,6 +98,10 @@ class MrTable {
   absl::StatusOr<Mr> Register(uint32_t pd, uint64_t host, uint64_t iova, uint64_t length,
                               uint32_t access, int32_t pid = 0);
   bool Deregister(uint32_t key);
+  // ibv_rereg_mr: the MR named by `key` takes `m`'s PD, access and range,
+  // its keys unchanged (control path, no turn running). Refused as
+  // Register refuses; false if there is no such MR.
+  absl::Status Update(uint32_t key, const Mr& m);
   const Mr* Find(uint32_t key) const {
     const Slot* s = SlotOf(key);
     return s != nullptr && s->kind == Slot::kMr && s->mr.key == key ? &s->mr : nullptr;

@@ -167,6 +167,31 @@ TEST(Cq, PushPollOrderAndContent) {
   EXPECT_FALSE(cq.cons->overflowed());
 }
 
+// Clean (a QP moved to RESET): that QP's unpolled entries go, the others
+// stay in order, across the ring's wrap, and the freed slots take new ones.
+TEST(Cq, CleanRemovesOneQpsEntriesInOrder) {
+  Cq cq(8);
+  Cqe out[16];
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(cq.prod->Push(MakeCqe(i), false));
+  ASSERT_EQ(cq.cons->Poll(out, 5), 5);  // the indexes now wrap within the next 8
+  auto with_qp = [](uint64_t seq, uint32_t qpn) {
+    Cqe c = MakeCqe(seq);
+    c.qp_num = qpn;
+    return c;
+  };
+  const uint32_t qpns[8] = {7, 9, 7, 7, 9, 9, 7, 9};
+  for (uint64_t i = 0; i < 8; ++i) ASSERT_TRUE(cq.prod->Push(with_qp(100 + i, qpns[i]), false));
+  EXPECT_EQ(cq.cons->Clean(7), 4u);
+  EXPECT_EQ(cq.cons->Clean(7), 0u);
+  EXPECT_EQ(cq.cons->Clean(42), 0u);
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(cq.prod->Push(with_qp(200 + i, 7), false));  // room again
+  ASSERT_EQ(cq.cons->Poll(out, 16), 8);
+  const uint64_t kept[4] = {101, 104, 105, 107};
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Same(out[i], with_qp(kept[i], 9))) << i;
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(Same(out[4 + i], with_qp(200 + i, 7))) << i;
+  EXPECT_FALSE(cq.cons->overflowed());
+}
+
 TEST(Cq, FullCqOverflowsOnceAndKeepsItsEntries) {
   // A completion that does not fit is not entered; the CQ is marked
   // overflowed and IBV_EVENT_CQ_ERR is raised exactly once (IBA 11.4.2.1:
