@@ -50,6 +50,11 @@ inline Context* to_ctx(ibv_context* c) {
 struct Pd {
   ibv_pd pd;
   uint32_t id = 0;
+  // A parent domain (ibv_alloc_parent_domain): the engine's PD is its
+  // parent's (`id` the same), which cannot be deallocated before it.
+  Pd* parent = nullptr;
+  ibv_td* td = nullptr;
+  std::atomic<uint32_t> children{0};  // parent domains over this PD
 };
 
 struct Mr {

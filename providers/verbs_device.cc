@@ -273,6 +273,9 @@ ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
 ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
 int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list, uint32_t num_sge);
+ibv_pd* alloc_parent_domain(ibv_context* c, ibv_parent_domain_init_attr* attr);
+ibv_td* alloc_td(ibv_context* c, ibv_td_init_attr* attr);
+int dealloc_td(ibv_td* td);
 
 bool is_qp_event(ibv_event_type t) {
   switch (t) {
@@ -407,6 +410,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.modify_qp_rate_limit = modify_qp_rate_limit;
   v.advise_mr = advise_mr;
   v.query_rt_values = query_rt_values;
+  v.alloc_parent_domain = alloc_parent_domain;
+  v.alloc_td = alloc_td;
+  v.dealloc_td = dealloc_td;
   // Port and device events (after async_fd exists: they are queued on it).
   ctx->s->engine->AddDeviceSink(&ctx->s->events);
   return &c;

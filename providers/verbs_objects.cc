@@ -296,8 +296,17 @@ ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr) {
   }
   constexpr uint64_t kSupported = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
-  if ((attr->wc_flags & ~kSupported) || (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS})) {
+  if ((attr->wc_flags & ~kSupported) ||
+      (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD})) {
     errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  // IBV_CQ_INIT_ATTR_MASK_PD names a parent domain of this context (as
+  // mlx5 requires); it changes nothing else here.
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (attr->parent_domain == nullptr || attr->parent_domain->context != c ||
+       reinterpret_cast<Pd*>(attr->parent_domain)->parent == nullptr)) {
+    errno = EINVAL;
     return nullptr;
   }
   uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
@@ -429,6 +438,48 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
   return 0;
 }
 
+// ibv_alloc_parent_domain(3): a PD that is its parent PD for every verb
+// (objects made with it are on the parent's PD), with an optional thread
+// domain. The custom allocators are kept but never called: droce's queues
+// are not buffers the provider allocates in the application's heap but
+// rings the engine maps (shared memory droced can map too), as a device's
+// own memory would be; there is nothing for them to place.
+ibv_pd* alloc_parent_domain(ibv_context* c, ibv_parent_domain_init_attr* attr) {
+  constexpr uint32_t kKnown = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  if (attr == nullptr || attr->pd == nullptr || attr->pd->context != c || (attr->comp_mask & ~kKnown) ||
+      reinterpret_cast<Pd*>(attr->pd)->parent != nullptr || (attr->td != nullptr && attr->td->context != c) ||
+      ((attr->comp_mask & IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS) && (attr->alloc == nullptr || attr->free == nullptr))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Pd* parent = reinterpret_cast<Pd*>(attr->pd);
+  auto* pd = new Pd();
+  pd->pd.context = c;
+  pd->pd.handle = parent->pd.handle;
+  pd->id = parent->id;
+  pd->parent = parent;
+  pd->td = attr->td;
+  parent->children.fetch_add(1, std::memory_order_relaxed);
+  return &pd->pd;
+}
+
+// Thread domains (ibv_alloc_td(3)): a hint that objects are used by one
+// thread; droce's locks do not depend on it.
+ibv_td* alloc_td(ibv_context* c, ibv_td_init_attr* attr) {
+  if (attr == nullptr || attr->comp_mask != 0) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* td = new ibv_td();
+  td->context = c;
+  return td;
+}
+int dealloc_td(ibv_td* td) {
+  if (td == nullptr) return EINVAL;
+  delete td;
+  return 0;
+}
+
 // ibv_modify_qp_rate_limit(3): the rate with its burst and typical packet
 // size, on a QP in RTS (RTS to RTS, as mlx5 does it).
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
@@ -470,6 +521,12 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 int ibv_dealloc_pd(ibv_pd* pd) {
   if (pd == nullptr) return EINVAL;
   Pd* p = reinterpret_cast<Pd*>(pd);
+  if (p->parent != nullptr) {  // a parent domain: its PD stays
+    p->parent->children.fetch_sub(1, std::memory_order_relaxed);
+    delete p;
+    return 0;
+  }
+  if (p->children.load(std::memory_order_relaxed) != 0) return EBUSY;
   if (int rc = status_errno(engine_of(pd->context)->DeallocPd(p->id)); rc != 0) return rc;
   delete p;
   return 0;

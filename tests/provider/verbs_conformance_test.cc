@@ -276,3 +276,92 @@ TEST_F(Loopback, ResetDropsTheQpsUnpolledCompletions) {
 
 }  // namespace
 }  // namespace droce::test
+
+namespace droce::test {
+namespace {
+
+void* never_alloc(ibv_pd*, void*, size_t, size_t, uint64_t) { return IBV_ALLOCATOR_USE_DEFAULT; }
+void never_free(ibv_pd*, void*, void*, uint64_t) {}
+
+// Parent domains and thread domains: interchangeable with their PD, which
+// cannot go first; the checks on their attributes.
+TEST_F(Loopback, ParentDomain) {
+  ibv_td_init_attr ta{};
+  ibv_td* td = ibv_alloc_td(ctx_, &ta);
+  ASSERT_NE(td, nullptr);
+  ibv_parent_domain_init_attr pa{};
+  pa.pd = pd_;
+  pa.td = td;
+  pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  pa.alloc = never_alloc;
+  pa.free = never_free;
+  pa.pd_context = this;
+  ibv_pd* parent = ibv_alloc_parent_domain(ctx_, &pa);
+  ASSERT_NE(parent, nullptr) << errno;
+  // A QP and an MR on the parent domain talk to ones on the PD itself.
+  ibv_mr* mr = ibv_reg_mr(parent, buf_.data() + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_cq_init_attr_ex ca{};
+  ca.cqe = 16;
+  ca.wc_flags = IBV_WC_STANDARD_FLAGS;
+  ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  ca.parent_domain = parent;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx_, &ca);
+  ASSERT_NE(cqx, nullptr) << errno;
+  ca.parent_domain = pd_;  // not a parent domain
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(ctx_, &ca), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = ibv_cq_ex_to_cq(cqx);
+  qa.recv_cq = ibv_cq_ex_to_cq(cqx);
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.qp_type = IBV_QPT_RC;
+  ibv_qp* a = ibv_create_qp(parent, &qa);
+  ASSERT_NE(a, nullptr);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  ASSERT_EQ(PostRecv(b, 1, 0, 64), 0);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + 4096), 64, mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto got = Poll(rcq_, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  auto sent = Poll(ibv_cq_ex_to_cq(cqx), 1);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);  // a parent domain (and objects) on it
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
+  EXPECT_EQ(ibv_dealloc_pd(parent), 0);
+  EXPECT_EQ(ibv_dealloc_td(td), 0);
+  // Refused: no PD, a parent domain as the PD, allocators without functions,
+  // an unknown mask bit.
+  ibv_parent_domain_init_attr bad_attr{};
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_, &bad_attr), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  bad_attr.pd = pd_;
+  bad_attr.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_, &bad_attr), nullptr);
+  bad_attr.comp_mask = 1u << 7;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_, &bad_attr), nullptr);
+  bad_attr.comp_mask = 0;
+  ibv_pd* p2 = ibv_alloc_parent_domain(ctx_, &bad_attr);
+  ASSERT_NE(p2, nullptr);
+  bad_attr.pd = p2;
+  EXPECT_EQ(ibv_alloc_parent_domain(ctx_, &bad_attr), nullptr);
+  EXPECT_EQ(ibv_dealloc_pd(p2), 0);
+}
+
+}  // namespace
+}  // namespace droce::test
