@@ -55,10 +55,12 @@ struct Pd {
   Pd* parent = nullptr;
   ibv_td* td = nullptr;
   std::atomic<uint32_t> children{0};  // parent domains over this PD
+  bool imported = false;  // ibv_import_pd: ibv_unimport_pd frees only this
 };
 
 struct Mr {
   ibv_mr mr;
+  bool imported = false;  // ibv_import_mr: ibv_unimport_mr frees only this
 };
 
 struct Cq;

@@ -2,12 +2,16 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
@@ -350,6 +354,53 @@ __be64 ibv_get_device_guid(ibv_device* device) {
   return htobe64(node_guid_host((*dev)->port()));
 }
 
+namespace {
+// The contexts' command fds, by inode: each is a read-only descriptor of a
+// memfd of its own, so ibv_import_device can tell from a dup of one (in
+// this process) which device it opened.
+struct CmdFdEntry {
+  ibv_device* device;
+  int refs;
+};
+std::mutex& cmd_fds_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+std::map<std::pair<dev_t, ino_t>, CmdFdEntry>& cmd_fds() {
+  static auto* m = new std::map<std::pair<dev_t, ino_t>, CmdFdEntry>();
+  return *m;
+}
+bool fd_inode(int fd, std::pair<dev_t, ino_t>* id) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return false;
+  *id = {st.st_dev, st.st_ino};
+  return true;
+}
+// A descriptor that takes no command (a write fails with EBADF, an ioctl
+// with ENOTTY) but is a file of its own: a memfd reopened read-only.
+int new_cmd_fd() {
+  const int m = memfd_create("droce-context", MFD_CLOEXEC);
+  if (m < 0) return -1;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/fd/%d", m);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  close(m);
+  return fd;
+}
+void cmd_fd_ref(int fd, ibv_device* device, int delta) {
+  std::pair<dev_t, ino_t> id;
+  if (!fd_inode(fd, &id)) return;
+  std::lock_guard<std::mutex> l(cmd_fds_mu());
+  auto& m = cmd_fds();
+  if (delta > 0) {
+    auto [it, fresh] = m.try_emplace(id, CmdFdEntry{device, 0});
+    it->second.refs += delta;
+  } else if (auto it = m.find(id); it != m.end() && (it->second.refs += delta) <= 0) {
+    m.erase(it);
+  }
+}
+}  // namespace
+
 ibv_context* ibv_open_device(ibv_device* device) {
   const int index = device_index(device);
   if (index < 0) {
@@ -375,12 +426,10 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ibv_context& c = v.context;
   c.device = device;
   // A real descriptor, as a kernel context has (programs dup it to import
-  // the device elsewhere), but one that takes no command: opened read-only
-  // on /dev/null, a write fails with EBADF and an ioctl with ENOTTY, so a
-  // libibverbs path that droce does not interpose fails instead of reading
-  // a reply nobody wrote. ibv_import_device answers EOPNOTSUPP
-  // (verbs_unsupported.cc).
-  c.cmd_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // the device: ibv_import_device), but one that takes no command (a
+  // libibverbs path droce does not interpose fails instead of reading a
+  // reply nobody wrote): new_cmd_fd.
+  c.cmd_fd = new_cmd_fd();
   c.async_fd = c.cmd_fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c.async_fd < 0) {
     const int e = errno;
@@ -415,7 +464,34 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.dealloc_td = dealloc_td;
   // Port and device events (after async_fd exists: they are queued on it).
   ctx->s->engine->AddDeviceSink(&ctx->s->events);
+  cmd_fd_ref(c.cmd_fd, device, 1);
   return &c;
+}
+
+// ibv_import_device(3): a new context of the device whose context's command
+// fd `fd` duplicates, owning `fd`. The objects of every context of a
+// device in one process are the same engine's (or droced's, for this
+// client), so ibv_import_pd/_mr find them. A descriptor that is not a droce
+// context's of this process (another process's, or not droce's) is
+// EOPNOTSUPP: that context's objects live in another engine.
+ibv_context* ibv_import_device(int fd) {
+  std::pair<dev_t, ino_t> id;
+  ibv_device* device = nullptr;
+  if (fd_inode(fd, &id)) {
+    std::lock_guard<std::mutex> l(cmd_fds_mu());
+    if (auto it = cmd_fds().find(id); it != cmd_fds().end()) device = it->second.device;
+  }
+  if (device == nullptr) {
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
+  ibv_context* c = ibv_open_device(device);
+  if (c == nullptr) return nullptr;
+  cmd_fd_ref(c->cmd_fd, device, -1);
+  close(c->cmd_fd);
+  c->cmd_fd = fd;
+  cmd_fd_ref(fd, device, 1);
+  return c;
 }
 
 int ibv_close_device(ibv_context* context) {
@@ -424,6 +500,7 @@ int ibv_close_device(ibv_context* context) {
   if (stats_enabled()) print_device_counters(context);
   ctx->s->engine->RemoveDeviceSink(&ctx->s->events);
   close(context->async_fd);
+  cmd_fd_ref(context->cmd_fd, context->device, -1);
   close(context->cmd_fd);
   pthread_mutex_destroy(&context->mutex);
   delete ctx->s;

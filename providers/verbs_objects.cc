@@ -361,8 +361,38 @@ int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
 }
 
 // On-demand MRs by lkey, for ibv_advise_mr (which names them by lkey).
+// Live PDs and MRs by (engine session, handle), for ibv_import_pd and
+// ibv_import_mr on another context of the same device.
+struct SharedKey {
+  const void* session;
+  uint32_t handle;
+  bool operator==(const SharedKey&) const = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const SharedKey& k) {
+    return H::combine(std::move(h), k.session, k.handle);
+  }
+};
+struct SharedMr {
+  uint32_t pd;  // engine PD
+  void* addr;
+  size_t length;
+};
+std::mutex& shared_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+absl::flat_hash_map<SharedKey, int>& shared_pds() {  // live wrappers per PD
+  static auto* m = new absl::flat_hash_map<SharedKey, int>();
+  return *m;
+}
+absl::flat_hash_map<SharedKey, SharedMr>& shared_mrs() {
+  static auto* m = new absl::flat_hash_map<SharedKey, SharedMr>();
+  return *m;
+}
+const void* session_key(ibv_context* c) { return engine_of(c); }
+
 struct OdpMr {
-  ibv_pd* pd;
+  uint32_t pd;  // the engine's PD (a parent domain's is its parent's)
   uint64_t addr, length;
   unsigned access;
 };
@@ -376,7 +406,7 @@ absl::flat_hash_map<uint32_t, OdpMr>& odp_mrs() {
 }
 void odp_mr_added(const ibv_mr& mr, unsigned access) {
   std::lock_guard<std::mutex> l(odp_mu());
-  odp_mrs()[mr.lkey] = {mr.pd, reinterpret_cast<uint64_t>(mr.addr), mr.length, access};
+  odp_mrs()[mr.lkey] = {reinterpret_cast<Pd*>(mr.pd)->id, reinterpret_cast<uint64_t>(mr.addr), mr.length, access};
 }
 void odp_mr_removed(const ibv_mr& mr) {
   std::lock_guard<std::mutex> l(odp_mu());
@@ -392,7 +422,7 @@ void odp_mr_rereg(const ibv_mr& mr, int access) {
     if (it != odp_mrs().end()) odp_mrs().erase(it);
     return;
   }
-  odp_mrs()[mr.lkey] = {mr.pd, reinterpret_cast<uint64_t>(mr.addr), mr.length, acc};
+  odp_mrs()[mr.lkey] = {reinterpret_cast<Pd*>(mr.pd)->id, reinterpret_cast<uint64_t>(mr.addr), mr.length, acc};
 }
 
 // ibv_advise_mr(3), as the kernel's mlx5 answers it: an advice or flag it
@@ -414,7 +444,7 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
     std::lock_guard<std::mutex> l(odp_mu());
     for (const ibv_sge& sge : todo) {
       auto it = odp_mrs().find(sge.lkey);
-      if (it == odp_mrs().end() || it->second.pd != pd) return ENOENT;
+      if (it == odp_mrs().end() || it->second.pd != reinterpret_cast<Pd*>(pd)->id) return ENOENT;
       const OdpMr& m = it->second;
       if (sge.addr < m.addr || sge.length > m.length || sge.addr - m.addr > m.length - sge.length) return ENOENT;
       if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(m.access & IBV_ACCESS_LOCAL_WRITE)) return ENOENT;
@@ -515,7 +545,37 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
   pd->pd.context = context;
   pd->pd.handle = *id;
   pd->id = *id;
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    shared_pds()[{session_key(context), *id}] = 1;
+  }
   return &pd->pd;
+}
+
+// ibv_import_pd(3): the PD `handle` of another context of this device in
+// this process (ibv_import_device), the same object.
+ibv_pd* ibv_import_pd(ibv_context* context, uint32_t handle) {
+  if (!context_is_ours(context)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    if (!shared_pds().contains({session_key(context), handle})) {
+      errno = EINVAL;
+      return nullptr;
+    }
+  }
+  auto* pd = new Pd();
+  pd->pd.context = context;
+  pd->pd.handle = handle;
+  pd->id = handle;
+  pd->imported = true;
+  return &pd->pd;
+}
+
+void ibv_unimport_pd(ibv_pd* pd) {
+  if (pd != nullptr && reinterpret_cast<Pd*>(pd)->imported) delete reinterpret_cast<Pd*>(pd);
 }
 
 int ibv_dealloc_pd(ibv_pd* pd) {
@@ -528,6 +588,10 @@ int ibv_dealloc_pd(ibv_pd* pd) {
   }
   if (p->children.load(std::memory_order_relaxed) != 0) return EBUSY;
   if (int rc = status_errno(engine_of(pd->context)->DeallocPd(p->id)); rc != 0) return rc;
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    shared_pds().erase(SharedKey{session_key(pd->context), p->id});
+  }
   delete p;
   return 0;
 }
@@ -564,7 +628,44 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
   m->mr.lkey = mr->key;
   m->mr.rkey = mr->key;
   if (access & IBV_ACCESS_ON_DEMAND) odp_mr_added(m->mr, access);
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    shared_mrs()[{session_key(pd->context), mr->key}] = {reinterpret_cast<Pd*>(pd)->id, addr, length};
+  }
   return &m->mr;
+}
+
+// ibv_import_mr(3): the MR `handle` of another context of this device in
+// this process, on `pd` (which must be that MR's PD, imported or not).
+ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
+  if (pd == nullptr || !context_is_ours(pd->context)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  SharedMr found;
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    auto it = shared_mrs().find(SharedKey{session_key(pd->context), handle});
+    if (it == shared_mrs().end() || it->second.pd != reinterpret_cast<Pd*>(pd)->id) {
+      errno = EINVAL;
+      return nullptr;
+    }
+    found = it->second;
+  }
+  auto* m = new Mr();
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = found.addr;
+  m->mr.length = found.length;
+  m->mr.handle = handle;
+  m->mr.lkey = handle;
+  m->mr.rkey = handle;
+  m->imported = true;
+  return &m->mr;
+}
+
+void ibv_unimport_mr(ibv_mr* mr) {
+  if (mr != nullptr && reinterpret_cast<Mr*>(mr)->imported) delete reinterpret_cast<Mr*>(mr);
 }
 
 ibv_mr* (ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
@@ -616,6 +717,10 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     mr->length = length;
   }
   odp_mr_rereg(*mr, (flags & IBV_REREG_MR_CHANGE_ACCESS) ? static_cast<int>(access) : -1);
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    shared_mrs()[{session_key(mr->context), mr->lkey}] = {reinterpret_cast<Pd*>(mr->pd)->id, mr->addr, mr->length};
+  }
   return 0;
 }
 
@@ -623,6 +728,10 @@ int ibv_dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return EINVAL;
   if (int rc = status_errno(engine_of(mr->context)->DeregMr(mr->lkey)); rc != 0) return rc;
   odp_mr_removed(*mr);
+  {
+    std::lock_guard<std::mutex> l(shared_mu());
+    shared_mrs().erase(SharedKey{session_key(mr->context), mr->lkey});
+  }
   delete reinterpret_cast<Mr*>(mr);
   return 0;
 }

@@ -27,11 +27,6 @@ int ibv_set_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_query_ece(ibv_qp*, ibv_ece*) { return EOPNOTSUPP; }
 int ibv_query_qp_data_in_order(ibv_qp*, enum ibv_wr_opcode, uint32_t) { return 0; }
 
-ibv_context* ibv_import_device(int) { return fail_null<ibv_context>(); }
-ibv_pd* ibv_import_pd(ibv_context*, uint32_t) { return fail_null<ibv_pd>(); }
-void ibv_unimport_pd(ibv_pd*) {}
-ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) { return fail_null<ibv_mr>(); }
-void ibv_unimport_mr(ibv_mr*) {}
 ibv_dm* ibv_import_dm(ibv_context*, uint32_t) { return fail_null<ibv_dm>(); }
 void ibv_unimport_dm(ibv_dm*) {}
 

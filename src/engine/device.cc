@@ -523,10 +523,30 @@ absl::Status Device::DestroyCq(uint32_t id) {
   return s;
 }
 
+void Device::DriveEachOnce() {
+  for (auto& w : workers_) {
+    // A turn in progress ends within microseconds; a preempted holder
+    // gets the CPU back by yielding. Bounded: never block a control call.
+    for (unsigned tries = 0; tries < 1000; ++tries) {
+      if (TryTakeDrive(*w)) {
+        DriveLocked(*w);
+        break;
+      }
+      sched_yield();
+    }
+  }
+}
+
 absl::StatusOr<cq::CqRegion*> Device::ResizeCq(uint32_t id, uint32_t min_cqe) {
   if (min_cqe == 0 || min_cqe > Limits::kMaxCqe) return absl::InvalidArgumentError("cqe out of range");
   auto region = cq::CqRegion::Create(min_cqe);
   if (!region.ok()) return region.status();
+  // Completions of work posted before this call that one turn produces
+  // (a UD or UC send completes when it is sent) count as pending, as they
+  // would have arrived on an RNIC by now: without this turn, a resize below
+  // them succeeded or not depending on whether a worker had looked yet
+  // (rdma-core's test_resize_cq, as a droced client on a busy machine).
+  DriveEachOnce();
   absl::StatusOr<cq::CqRegion*> r = absl::NotFoundError("no such CQ");
   RunOnWorker([&] {
     auto it = cqs_.find(id);

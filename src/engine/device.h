@@ -398,6 +398,9 @@ class Device final : public Session {
   bool DriveLocked(Worker& w, Turn* turn = nullptr);
   bool PollOnce(Worker& w);
   void PaceSleep(Worker& w, long ns);
+  // One turn of every worker on the calling thread (a control call that
+  // must see what was posted before it).
+  void DriveEachOnce();
   void HandleDoorbells(Worker& w);
   bool SourcesNonEmpty(const Worker& w) const;
   // `handed`: the frame was received by another worker and handed to w.

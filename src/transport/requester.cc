@@ -218,11 +218,11 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
   b.ackreq = type_ == QpType::kRc && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
-  if (type_ == QpType::kRc && !rd && pacer_.on()) [[unlikely]] {
+  if (type_ == QpType::kRc && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
     // Paced, 64 packets can take longer than the local ACK timeout (at
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at
     // least every quarter of the timeout as well, or the requester would
-    // time out and resend what the responder has.
+    // time out and resend what the responder has (timeout 0 waits forever).
     const uint64_t now = env_->NowNs();
     if (b.ackreq || now - last_ackreq_ns_ >= (4096ull << attr_.timeout) / 4) {
       b.ackreq = true;

@@ -47,7 +47,6 @@ known=(
   # droce's gaps (docs/FEATURES.md, "rdma-core's pyverbs suite")
   "ODP implicit is not supported"
   "Create XRCD is not supported"
-  "Importing a device is not supported"
   "All gid indices populated, cannot check bad flow"
 )
 # Embedded mode only: the rdma_cm tests fork a passive and an active

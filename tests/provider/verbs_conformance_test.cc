@@ -3,7 +3,9 @@
 // carry traffic, ibv_advise_mr's answers with the kernel's mlx5 errnos),
 // ibv_create_qp_ex's masks, and ibv_rereg_mr with a QP reset that drops the
 // QP's unpolled completions.
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -361,6 +363,90 @@ TEST_F(Loopback, ParentDomain) {
   bad_attr.pd = p2;
   EXPECT_EQ(ibv_alloc_parent_domain(ctx_, &bad_attr), nullptr);
   EXPECT_EQ(ibv_dealloc_pd(p2), 0);
+}
+
+}  // namespace
+}  // namespace droce::test
+
+namespace droce::test {
+namespace {
+
+// ibv_import_device/_pd/_mr within this process: a dup of a context's
+// command fd opens another context of the device, on which the first
+// context's PD and MR can be imported; the command fd takes no command.
+TEST_F(Loopback, ImportDevicePdAndMr) {
+  EXPECT_EQ(write(ctx_->cmd_fd, "x", 1), -1);
+  EXPECT_EQ(errno, EBADF);
+  const int fd = dup(ctx_->cmd_fd);
+  ASSERT_GE(fd, 0);
+  ibv_context* other = ibv_import_device(fd);  // owns fd from here on
+  ASSERT_NE(other, nullptr) << errno;
+  EXPECT_EQ(other->cmd_fd, fd);
+  EXPECT_EQ(other->device, ctx_->device);
+  ibv_pd* pd = ibv_import_pd(other, pd_->handle);
+  ASSERT_NE(pd, nullptr) << errno;
+  EXPECT_EQ(pd->handle, pd_->handle);
+  ibv_mr* mr = ibv_import_mr(pd, mr_->handle);
+  ASSERT_NE(mr, nullptr) << errno;
+  EXPECT_EQ(mr->lkey, mr_->lkey);
+  EXPECT_EQ(mr->addr, mr_->addr);
+  EXPECT_EQ(mr->length, mr_->length);
+  // A QP on the other context, with the imported PD and MR, sends to one
+  // on this context.
+  ibv_cq* ocq = ibv_create_cq(other, 16, nullptr, nullptr, 0);
+  ASSERT_NE(ocq, nullptr);
+  ibv_qp_init_attr qa{};
+  qa.send_cq = ocq;
+  qa.recv_cq = ocq;
+  qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
+  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+  qa.qp_type = IBV_QPT_RC;
+  ibv_qp* a = ibv_create_qp(pd, &qa);
+  ASSERT_NE(a, nullptr);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  ASSERT_EQ(PostRecv(b, 1, 8192, 64), 0);
+  ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data()), 64, mr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto got = Poll(rcq_, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(Poll(ocq, 1).size(), 1u);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_cq(ocq), 0);
+  // Refused: a handle that names nothing, an MR on another PD, a descriptor
+  // that is not a droce context's.
+  errno = 0;
+  EXPECT_EQ(ibv_import_pd(other, 0xFFFFFF), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_pd* pd2 = ibv_alloc_pd(other);
+  ASSERT_NE(pd2, nullptr);
+  EXPECT_EQ(ibv_import_mr(pd2, mr_->handle), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_dealloc_pd(pd2), 0);
+  const int null_fd = open("/dev/null", O_RDONLY);
+  ASSERT_GE(null_fd, 0);
+  errno = 0;
+  EXPECT_EQ(ibv_import_device(null_fd), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  close(null_fd);
+  ibv_unimport_mr(mr);
+  ibv_unimport_pd(pd);
+  EXPECT_EQ(ibv_close_device(other), 0);
+  // The originals are untouched.
+  ibv_qp_init_attr qa2 = qa;
+  qa2.send_cq = scq_;
+  qa2.recv_cq = rcq_;
+  ibv_qp* c = ibv_create_qp(pd_, &qa2);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(ibv_destroy_qp(c), 0);
 }
 
 }  // namespace
