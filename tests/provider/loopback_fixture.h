@@ -170,6 +170,38 @@ class Loopback : public ::testing::Test {
     ibv_send_wr* bad = nullptr;
     return ibv_post_send(qp, &wr, &bad);
   }
+  // A 64-byte SEND from [addr, addr+64) in `lkey` by a new RC QP on `pd`
+  // (its CQ `cq`, possibly another context's) to a new QP of the fixture's;
+  // both sides complete successfully. The sending QP is destroyed after.
+  void SendFromNewQp(ibv_pd* pd, ibv_cq* cq, uint64_t addr, uint32_t lkey) {
+    ibv_qp_init_attr qa{};
+    qa.send_cq = cq;
+    qa.recv_cq = cq;
+    qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
+    qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+    qa.qp_type = IBV_QPT_RC;
+    ibv_qp* a = ibv_create_qp(pd, &qa);
+    ASSERT_NE(a, nullptr) << errno;
+    ibv_qp* b = CreateQp(scq_, rcq_);
+    ASSERT_NE(b, nullptr);
+    Connect(a, b);
+    ASSERT_EQ(PostRecv(b, 1, 8192, 64), 0);
+    ibv_sge sge{addr, 64, lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+    auto got = Poll(rcq_, 1);
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
+    auto sent = Poll(cq, 1);
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(ibv_destroy_qp(a), 0);
+  }
   // Two UC QPs connected through the device's GID at gid_index exchange ten
   // 3000-byte SENDs.
   void UcSends(int gid_index) {

@@ -23,14 +23,21 @@ sockaddr_in addr_of(const char* ip) {
   return a;
 }
 
-TEST(RdmaCmClose, WaitsForTheEventThreadToBeBackInGetEvent) {
-  rdma_event_channel* ch = rdma_create_event_channel();
-  ASSERT_NE(ch, nullptr) << errno;
-  rdma_cm_id* id = nullptr;
-  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0) << errno;
+// A channel with one id resolving the port's own address: one
+// ADDR_RESOLVED event is on its way.
+void ResolvingId(rdma_event_channel** ch, rdma_cm_id** id) {
+  *ch = rdma_create_event_channel();
+  ASSERT_NE(*ch, nullptr) << errno;
+  ASSERT_EQ(rdma_create_id(*ch, id, nullptr, RDMA_PS_TCP), 0) << errno;
   sockaddr_in src = addr_of("10.77.0.1"), dst = addr_of("10.77.0.1");
-  ASSERT_EQ(rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), 1000), 0)
+  ASSERT_EQ(rdma_resolve_addr(*id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), 1000), 0)
       << errno;
+}
+
+TEST(RdmaCmClose, WaitsForTheEventThreadToBeBackInGetEvent) {
+  rdma_event_channel* ch = nullptr;
+  rdma_cm_id* id = nullptr;
+  ASSERT_NO_FATAL_FAILURE(ResolvingId(&ch, &id));
 
   std::atomic<int> handled{0}, calling_again{0};
   int channel_fd = ch->fd;
@@ -60,13 +67,9 @@ TEST(RdmaCmClose, WaitsForTheEventThreadToBeBackInGetEvent) {
 
 // A thread that fetched events and has ended is not waited for.
 TEST(RdmaCmClose, NoWaitWhenTheEventThreadHasEnded) {
-  rdma_event_channel* ch = rdma_create_event_channel();
-  ASSERT_NE(ch, nullptr) << errno;
+  rdma_event_channel* ch = nullptr;
   rdma_cm_id* id = nullptr;
-  ASSERT_EQ(rdma_create_id(ch, &id, nullptr, RDMA_PS_TCP), 0) << errno;
-  sockaddr_in src = addr_of("10.77.0.1"), dst = addr_of("10.77.0.1");
-  ASSERT_EQ(rdma_resolve_addr(id, reinterpret_cast<sockaddr*>(&src), reinterpret_cast<sockaddr*>(&dst), 1000), 0)
-      << errno;
+  ASSERT_NO_FATAL_FAILURE(ResolvingId(&ch, &id));
   int event = -1;
   std::thread events([&] {
     rdma_cm_event* e = nullptr;

@@ -314,34 +314,8 @@ TEST_F(Loopback, ParentDomain) {
   errno = 0;
   EXPECT_EQ(ibv_create_cq_ex(ctx_, &ca), nullptr);
   EXPECT_EQ(errno, EINVAL);
-  ibv_qp_init_attr qa{};
-  qa.send_cq = ibv_cq_ex_to_cq(cqx);
-  qa.recv_cq = ibv_cq_ex_to_cq(cqx);
-  qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
-  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-  qa.qp_type = IBV_QPT_RC;
-  ibv_qp* a = ibv_create_qp(parent, &qa);
-  ASSERT_NE(a, nullptr);
-  ibv_qp* b = CreateQp(scq_, rcq_);
-  ASSERT_NE(b, nullptr);
-  Connect(a, b);
-  ASSERT_EQ(PostRecv(b, 1, 0, 64), 0);
-  ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + 4096), 64, mr->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto got = Poll(rcq_, 1);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
-  auto sent = Poll(ibv_cq_ex_to_cq(cqx), 1);
-  ASSERT_EQ(sent.size(), 1u);
-  EXPECT_EQ(sent[0].status, IBV_WC_SUCCESS);
-  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);  // a parent domain (and objects) on it
-  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  SendFromNewQp(parent, ibv_cq_ex_to_cq(cqx), reinterpret_cast<uint64_t>(buf_.data() + 4096), mr->lkey);
+  EXPECT_EQ(ibv_dealloc_pd(pd_), EBUSY);  // a parent domain (and an MR) on it
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_EQ(ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), 0);
   EXPECT_EQ(ibv_dealloc_pd(parent), 0);
@@ -395,31 +369,7 @@ TEST_F(Loopback, ImportDevicePdAndMr) {
   // on this context.
   ibv_cq* ocq = ibv_create_cq(other, 16, nullptr, nullptr, 0);
   ASSERT_NE(ocq, nullptr);
-  ibv_qp_init_attr qa{};
-  qa.send_cq = ocq;
-  qa.recv_cq = ocq;
-  qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
-  qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-  qa.qp_type = IBV_QPT_RC;
-  ibv_qp* a = ibv_create_qp(pd, &qa);
-  ASSERT_NE(a, nullptr);
-  ibv_qp* b = CreateQp(scq_, rcq_);
-  ASSERT_NE(b, nullptr);
-  Connect(a, b);
-  ASSERT_EQ(PostRecv(b, 1, 8192, 64), 0);
-  ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data()), 64, mr->lkey};
-  ibv_send_wr wr{};
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
-  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
-  auto got = Poll(rcq_, 1);
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].status, IBV_WC_SUCCESS);
-  ASSERT_EQ(Poll(ocq, 1).size(), 1u);
-  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  SendFromNewQp(pd, ocq, reinterpret_cast<uint64_t>(buf_.data()), mr->lkey);
   EXPECT_EQ(ibv_destroy_cq(ocq), 0);
   // Refused: a handle that names nothing, an MR on another PD, a descriptor
   // that is not a droce context's.
@@ -441,12 +391,7 @@ TEST_F(Loopback, ImportDevicePdAndMr) {
   ibv_unimport_pd(pd);
   EXPECT_EQ(ibv_close_device(other), 0);
   // The originals are untouched.
-  ibv_qp_init_attr qa2 = qa;
-  qa2.send_cq = scq_;
-  qa2.recv_cq = rcq_;
-  ibv_qp* c = ibv_create_qp(pd_, &qa2);
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(ibv_destroy_qp(c), 0);
+  SendFromNewQp(pd_, scq_, reinterpret_cast<uint64_t>(buf_.data()), mr_->lkey);
 }
 
 }  // namespace
