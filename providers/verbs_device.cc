@@ -401,23 +401,38 @@ void cmd_fd_ref(int fd, ibv_device* device, int delta) {
 }
 }  // namespace
 
+namespace {
+// A context of `device` whose command fd is `cmd_fd`, which it owns once
+// made; on failure closed if `close_on_failure` (else the caller's still).
+ibv_context* open_context(ibv_device* device, int cmd_fd, bool close_on_failure);
+}  // namespace
+
 ibv_context* ibv_open_device(ibv_device* device) {
+  // A real descriptor, as a kernel context has (programs dup it to import
+  // the device: ibv_import_device), but one that takes no command (a
+  // libibverbs path droce does not interpose fails instead of reading a
+  // reply nobody wrote): new_cmd_fd.
+  const int fd = new_cmd_fd();
+  if (fd < 0) return nullptr;
+  return open_context(device, fd, true);
+}
+
+namespace {
+ibv_context* open_context(ibv_device* device, int cmd_fd, bool close_on_failure) {
   const int index = device_index(device);
-  if (index < 0) {
-    errno = ENODEV;
+  auto fail = [cmd_fd, close_on_failure](int e) -> ibv_context* {
+    if (close_on_failure) close(cmd_fd);
+    errno = e;
     return nullptr;
-  }
+  };
+  if (index < 0) return fail(ENODEV);
   auto dev = droce::provider::session_for(index);
   if (!dev.ok()) {
     report_once(std::string(dev.status().message()));
-    errno = dev.status().code() == absl::StatusCode::kInvalidArgument ? EINVAL : EIO;
-    return nullptr;
+    return fail(dev.status().code() == absl::StatusCode::kInvalidArgument ? EINVAL : EIO);
   }
   auto* ctx = new (std::nothrow) Context();
-  if (ctx == nullptr) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  if (ctx == nullptr) return fail(ENOMEM);
   std::memset(&ctx->vctx, 0, sizeof(ctx->vctx));
   ctx->s = new ContextState();
   ctx->s->engine = *dev;
@@ -425,19 +440,13 @@ ibv_context* ibv_open_device(ibv_device* device) {
   verbs_context& v = ctx->vctx;
   ibv_context& c = v.context;
   c.device = device;
-  // A real descriptor, as a kernel context has (programs dup it to import
-  // the device: ibv_import_device), but one that takes no command (a
-  // libibverbs path droce does not interpose fails instead of reading a
-  // reply nobody wrote): new_cmd_fd.
-  c.cmd_fd = new_cmd_fd();
-  c.async_fd = c.cmd_fd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+  c.cmd_fd = cmd_fd;
+  c.async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (c.async_fd < 0) {
     const int e = errno;
-    if (c.cmd_fd >= 0) close(c.cmd_fd);
     delete ctx->s;
     delete ctx;
-    errno = e;
-    return nullptr;
+    return fail(e);
   }
   c.num_comp_vectors = 1;
   pthread_mutex_init(&c.mutex, nullptr);
@@ -467,6 +476,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   cmd_fd_ref(c.cmd_fd, device, 1);
   return &c;
 }
+}  // namespace
 
 // ibv_import_device(3): a new context of the device whose context's command
 // fd `fd` duplicates, owning `fd`. The objects of every context of a
@@ -485,13 +495,7 @@ ibv_context* ibv_import_device(int fd) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  ibv_context* c = ibv_open_device(device);
-  if (c == nullptr) return nullptr;
-  cmd_fd_ref(c->cmd_fd, device, -1);
-  close(c->cmd_fd);
-  c->cmd_fd = fd;
-  cmd_fd_ref(fd, device, 1);
-  return c;
+  return open_context(device, fd, false);  // a failed import leaves fd to the caller
 }
 
 int ibv_close_device(ibv_context* context) {

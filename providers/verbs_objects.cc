@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -360,9 +361,9 @@ int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr) {
       to_cq(cq)->handle.id, attr->moderate.cq_count, attr->moderate.cq_period));
 }
 
-// On-demand MRs by lkey, for ibv_advise_mr (which names them by lkey).
-// Live PDs and MRs by (engine session, handle), for ibv_import_pd and
-// ibv_import_mr on another context of the same device.
+// Live PDs and MRs by (engine session, handle): ibv_import_pd and
+// ibv_import_mr find them from another context of the same device, and
+// ibv_advise_mr (which names MRs by lkey) their range and access.
 struct SharedKey {
   const void* session;
   uint32_t handle;
@@ -372,10 +373,11 @@ struct SharedKey {
     return H::combine(std::move(h), k.session, k.handle);
   }
 };
-struct SharedMr {
-  uint32_t pd;  // engine PD
+struct MrRecord {
+  uint32_t pd;  // the engine's PD (a parent domain's is its parent's)
   void* addr;
   size_t length;
+  unsigned access;  // IBV_ACCESS_* as registered
 };
 std::mutex& shared_mu() {
   static auto* mu = new std::mutex();
@@ -385,44 +387,19 @@ absl::flat_hash_map<SharedKey, int>& shared_pds() {  // live wrappers per PD
   static auto* m = new absl::flat_hash_map<SharedKey, int>();
   return *m;
 }
-absl::flat_hash_map<SharedKey, SharedMr>& shared_mrs() {
-  static auto* m = new absl::flat_hash_map<SharedKey, SharedMr>();
+absl::flat_hash_map<SharedKey, MrRecord>& shared_mrs() {
+  static auto* m = new absl::flat_hash_map<SharedKey, MrRecord>();
   return *m;
 }
 const void* session_key(ibv_context* c) { return engine_of(c); }
-
-struct OdpMr {
-  uint32_t pd;  // the engine's PD (a parent domain's is its parent's)
-  uint64_t addr, length;
-  unsigned access;
-};
-std::mutex& odp_mu() {
-  static auto* mu = new std::mutex();
-  return *mu;
+// After registration and re-registration: the MR as it is now.
+void mr_record(const ibv_mr& mr, unsigned access) {
+  std::lock_guard<std::mutex> l(shared_mu());
+  shared_mrs()[{session_key(mr.context), mr.lkey}] = {reinterpret_cast<Pd*>(mr.pd)->id, mr.addr, mr.length, access};
 }
-absl::flat_hash_map<uint32_t, OdpMr>& odp_mrs() {
-  static auto* m = new absl::flat_hash_map<uint32_t, OdpMr>();
-  return *m;
-}
-void odp_mr_added(const ibv_mr& mr, unsigned access) {
-  std::lock_guard<std::mutex> l(odp_mu());
-  odp_mrs()[mr.lkey] = {reinterpret_cast<Pd*>(mr.pd)->id, reinterpret_cast<uint64_t>(mr.addr), mr.length, access};
-}
-void odp_mr_removed(const ibv_mr& mr) {
-  std::lock_guard<std::mutex> l(odp_mu());
-  odp_mrs().erase(mr.lkey);
-}
-// After ibv_rereg_mr: the MR's PD and range as they are now; access the new
-// one (-1: unchanged), which may also make it on demand or not.
-void odp_mr_rereg(const ibv_mr& mr, int access) {
-  std::lock_guard<std::mutex> l(odp_mu());
-  auto it = odp_mrs().find(mr.lkey);
-  const unsigned acc = access >= 0 ? static_cast<unsigned>(access) : (it != odp_mrs().end() ? it->second.access : 0);
-  if (!(acc & IBV_ACCESS_ON_DEMAND)) {
-    if (it != odp_mrs().end()) odp_mrs().erase(it);
-    return;
-  }
-  odp_mrs()[mr.lkey] = {reinterpret_cast<Pd*>(mr.pd)->id, reinterpret_cast<uint64_t>(mr.addr), mr.length, acc};
+void mr_forget(const ibv_mr& mr) {
+  std::lock_guard<std::mutex> l(shared_mu());
+  shared_mrs().erase(SharedKey{session_key(mr.context), mr.lkey});
 }
 
 // ibv_advise_mr(3), as the kernel's mlx5 answers it: an advice or flag it
@@ -439,20 +416,22 @@ int advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* 
   }
   if (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) return EOPNOTSUPP;
   if (sg_list == nullptr || num_sge == 0) return EINVAL;
-  std::vector<ibv_sge> todo(sg_list, sg_list + num_sge);
+  const std::span<const ibv_sge> sges(sg_list, num_sge);
   {
-    std::lock_guard<std::mutex> l(odp_mu());
-    for (const ibv_sge& sge : todo) {
-      auto it = odp_mrs().find(sge.lkey);
-      if (it == odp_mrs().end() || it->second.pd != reinterpret_cast<Pd*>(pd)->id) return ENOENT;
-      const OdpMr& m = it->second;
-      if (sge.addr < m.addr || sge.length > m.length || sge.addr - m.addr > m.length - sge.length) return ENOENT;
+    std::lock_guard<std::mutex> l(shared_mu());
+    for (const ibv_sge& sge : sges) {
+      auto it = shared_mrs().find(SharedKey{session_key(pd->context), sge.lkey});
+      if (it == shared_mrs().end() || it->second.pd != reinterpret_cast<Pd*>(pd)->id) return ENOENT;
+      const MrRecord& m = it->second;
+      const uint64_t base = reinterpret_cast<uint64_t>(m.addr);
+      if (!(m.access & IBV_ACCESS_ON_DEMAND)) return ENOENT;
+      if (sge.addr < base || sge.length > m.length || sge.addr - base > m.length - sge.length) return ENOENT;
       if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(m.access & IBV_ACCESS_LOCAL_WRITE)) return ENOENT;
     }
   }
   if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT) return 0;
   const long page = sysconf(_SC_PAGESIZE);
-  for (const ibv_sge& sge : todo) {
+  for (const ibv_sge& sge : sges) {
     if (sge.length == 0) continue;
     const uint64_t start = sge.addr & ~static_cast<uint64_t>(page - 1);
     const uint64_t end = sge.addr + sge.length;
@@ -627,11 +606,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
   m->mr.handle = mr->key;
   m->mr.lkey = mr->key;
   m->mr.rkey = mr->key;
-  if (access & IBV_ACCESS_ON_DEMAND) odp_mr_added(m->mr, access);
-  {
-    std::lock_guard<std::mutex> l(shared_mu());
-    shared_mrs()[{session_key(pd->context), mr->key}] = {reinterpret_cast<Pd*>(pd)->id, addr, length};
-  }
+  mr_record(m->mr, access);
   return &m->mr;
 }
 
@@ -642,7 +617,7 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
     errno = EINVAL;
     return nullptr;
   }
-  SharedMr found;
+  MrRecord found;
   {
     std::lock_guard<std::mutex> l(shared_mu());
     auto it = shared_mrs().find(SharedKey{session_key(pd->context), handle});
@@ -716,22 +691,20 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     mr->addr = addr;
     mr->length = length;
   }
-  odp_mr_rereg(*mr, (flags & IBV_REREG_MR_CHANGE_ACCESS) ? static_cast<int>(access) : -1);
-  {
+  unsigned now_access = static_cast<unsigned>(access);
+  if (!(flags & IBV_REREG_MR_CHANGE_ACCESS)) {
     std::lock_guard<std::mutex> l(shared_mu());
-    shared_mrs()[{session_key(mr->context), mr->lkey}] = {reinterpret_cast<Pd*>(mr->pd)->id, mr->addr, mr->length};
+    auto it = shared_mrs().find(SharedKey{session_key(mr->context), mr->lkey});
+    now_access = it != shared_mrs().end() ? it->second.access : 0;
   }
+  mr_record(*mr, now_access);
   return 0;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return EINVAL;
   if (int rc = status_errno(engine_of(mr->context)->DeregMr(mr->lkey)); rc != 0) return rc;
-  odp_mr_removed(*mr);
-  {
-    std::lock_guard<std::mutex> l(shared_mu());
-    shared_mrs().erase(SharedKey{session_key(mr->context), mr->lkey});
-  }
+  mr_forget(*mr);
   delete reinterpret_cast<Mr*>(mr);
   return 0;
 }

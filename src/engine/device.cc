@@ -132,10 +132,6 @@ void FlushTracesAtExitOnce() {
   std::call_once(once, [] { std::atexit(FlushTracesAtExit); });
 }
 
-}  // namespace
-
-namespace {
-
 // What turns the engine's CLOCK_MONOTONIC into ns since the epoch.
 int64_t EpochOffsetNs() {
   timespec r{}, m{};

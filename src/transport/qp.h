@@ -428,6 +428,7 @@ class Qp {
   void DefaultPacing();  // QpInit's rate, in attr_ and the pacer
   uint64_t paced_until_ns_ = 0;
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK
+  uint64_t pace_now_ns_ = 0;     // the clock reading of the pacer's last check
   uint32_t last_tx_len_ = 0;  // the last frame Transmit sent
   // The largest frame of a request at the path MTU (headers included, with
   // room for a VLAN tag and an IPv6 header): the pacer's burst accounting.

@@ -223,10 +223,9 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at
     // least every quarter of the timeout as well, or the requester would
     // time out and resend what the responder has (timeout 0 waits forever).
-    const uint64_t now = env_->NowNs();
-    if (b.ackreq || now - last_ackreq_ns_ >= (4096ull << attr_.timeout) / 4) {
+    if (b.ackreq || pace_now_ns_ - last_ackreq_ns_ >= (4096ull << attr_.timeout) / 4) {
       b.ackreq = true;
-      last_ackreq_ns_ = now;
+      last_ackreq_ns_ = pace_now_ns_;
     }
   }
   wire::write_bth(bth, b);
@@ -402,7 +401,8 @@ bool Qp::PollSend(unsigned budget) {
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
     // Packet pacing (pacer.h): one clock reading per request when on.
     if (pacer_.on()) [[unlikely]] {
-      if (!pacer_.Ready(env_->NowNs(), &paced_until_ns_)) return more;
+      pace_now_ns_ = env_->NowNs();
+      if (!pacer_.Ready(pace_now_ns_, &paced_until_ns_)) return more;
       paced_until_ns_ = 0;
     }
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;

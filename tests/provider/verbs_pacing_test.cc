@@ -4,6 +4,7 @@
 // finish sooner than its rate allows. The rate's accuracy and spacing are
 // measured over memif by bench/pacing.sh, not asserted here.
 #include <chrono>
+#include <cstdlib>
 
 #include "loopback_fixture.h"
 
@@ -71,6 +72,19 @@ TEST_F(Pacing, RateLimitInModifyAndQuery) {
   EXPECT_EQ(ibv_modify_qp_rate_limit(c, &r), EINVAL);  // INIT
   r.comp_mask = 1;
   EXPECT_EQ(ibv_modify_qp_rate_limit(a, &r), EINVAL);
+}
+
+// DROCE_RATE paces every QP from its creation: a new QP reports the rate
+// the process was started with (verbs_pacing_env runs this with
+// DROCE_RATE=20mbit,burst=8k and DROCE_TEST_RATE_KBPS=20000; unset, 0).
+TEST_F(Pacing, RateFromTheEnvironment) {
+  const char* want = std::getenv("DROCE_TEST_RATE_KBPS");
+  ibv_qp* a = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a, &q, IBV_QP_RATE_LIMIT, &qi), 0);
+  EXPECT_EQ(q.rate_limit, want != nullptr ? std::strtoul(want, nullptr, 10) : 0u);
 }
 
 // 512 KiB SENT at 40 Mb/s: at least 100 ms on the wire (about 110 with the

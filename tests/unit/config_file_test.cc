@@ -83,6 +83,7 @@ TEST(ConfigFile, EngineSettingsAsTheirVariables) {
   EXPECT_EQ(Raw(f, Setting::kTelemetry), "0");
   EXPECT_EQ(Raw(f, Setting::kCtl), "1");
   EXPECT_EQ(Raw(Parse("[engine]\nvlan = 7\n"), Setting::kVlan), "7");
+  EXPECT_EQ(Raw(Parse("[engine]\nrate = \"1gbit,burst=64k\"\n"), Setting::kRate), "1gbit,burst=64k");
 }
 
 TEST(ConfigFile, DevicesBecomePerDeviceLists) {
