@@ -424,11 +424,6 @@ absl::StatusOr<mem::Mr> Device::RegMrOfProcess(int32_t pid, uint32_t pd, uint64_
 
 absl::Status Device::ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                             uint32_t access) {
-  return ReregMrOfProcess(0, key, flags, pd, addr, len, iova, access);
-}
-
-absl::Status Device::ReregMrOfProcess(int32_t pid, uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr,
-                                      uint64_t len, uint64_t iova, uint32_t access) {
   if (dead()) return DeadError();
   absl::Status s;
   RunOnWorker([&] {
@@ -456,7 +451,7 @@ absl::Status Device::ReregMrOfProcess(int32_t pid, uint32_t key, uint32_t flags,
       m.host = addr;
       m.iova = iova;
       m.length = len;
-      m.pid = pid;
+      m.pid = 0;
     }
     const uint32_t old_pd = old->pd;
     s = mrs_.Update(key, m);

@@ -202,12 +202,10 @@ class Device final : public Session {
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                 uint32_t access) override;
   absl::Status DeregMr(uint32_t key) override;
+  // A new range is this process's memory (droced offers its clients only a
+  // new PD or access: DaemonSession::ReregMr).
   absl::Status ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                        uint32_t access) override;
-  // droced: the same for a client's MR; a new translation is `pid`'s memory
-  // (0: droced's own mapping of the client's).
-  absl::Status ReregMrOfProcess(int32_t pid, uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len,
-                                uint64_t iova, uint32_t access);
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override;
   absl::Status DeallocMw(uint32_t rkey) override;
   absl::StatusOr<CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) override;
