@@ -295,6 +295,7 @@ class DaemonSession final : public engine::Session {
     ctl::CreateQp a{};
     a.type = static_cast<uint32_t>(args.type);
     a.pd = args.pd;
+    a.xrcd = args.xrcd;
     a.send_cq = args.send_cq;
     a.recv_cq = args.recv_cq;
     a.srq = args.srq;
@@ -360,9 +361,10 @@ class DaemonSession final : public engine::Session {
   }
 
   absl::StatusOr<engine::SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
-                                              engine::EventSink* events, uint64_t cookie) override {
+                                              engine::EventSink* events, uint64_t cookie, uint32_t xrcd,
+                                              uint32_t cq) override {
     const uint32_t mine = next_cookie_.fetch_add(1);
-    const ctl::CreateSrq a{pd, max_wr, max_sge, limit, mine};
+    const ctl::CreateSrq a{pd, max_wr, max_sge, limit, mine, xrcd, cq};
     ctl::SrqRep rep{};
     int fd = -1;
     if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, &fd); e != 0) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <infiniband/verbs.h>
+#include <sys/types.h>
 
 #include <atomic>
 #include <deque>
@@ -117,9 +118,20 @@ struct Mw {
   ibv_mw mw;
 };
 
+// An XRC domain (ibv_open_xrcd). Opens of the same file share the engine's
+// domain (`id`); each open is its own Xrcd, closed by ibv_close_xrcd.
+struct Xrcd {
+  ibv_xrcd xrcd;  // first member: ibv_xrcd* converts back
+  uint32_t id = 0;
+  bool keyed = false;  // opened on a file (dev, ino)
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
 struct Srq {
   ibv_srq srq;
   engine::SrqHandle handle;
+  bool xrc = false;  // an XRC SRQ (its number, handle.id, is what peers name)
   std::atomic<uint32_t> events_reported{0};
   std::mutex mu;
   uint32_t prod = 0;
@@ -138,6 +150,12 @@ struct Qp {
   uint32_t wr_start_prod = 0;
   uint8_t* wr_cur = nullptr;
   int wr_err = 0;
+  // XRC target QPs: the domain, and the handles ibv_open_qp made of it
+  // (`real` is the creator's handle in each of those; the QP goes with it,
+  // which cannot be destroyed while they are open: EBUSY).
+  uint32_t xrcd = 0;
+  Qp* real = nullptr;
+  std::atomic<uint32_t> opens{0};
 };
 
 inline Qp* to_qp(ibv_qp* q) { return reinterpret_cast<Qp*>(q); }
@@ -165,6 +183,23 @@ int modify_cq(ibv_cq* cq, ibv_modify_cq_attr* attr);
 Cq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                      int comp_vector);
 bool context_is_ours(ibv_context* c);
+// The errno of a control-path status (ctl::ErrnoOf), and a context's engine
+// session (verbs_objects.cc).
+int status_errno(const absl::Status& s);
+engine::Session* engine_of(ibv_context* c);
+// A basic SRQ (xrcd 0) or an XRC SRQ of engine domain `xrcd` completing to
+// `cq` (verbs_objects.cc).
+ibv_srq* create_srq_common(ibv_pd* pd, ibv_srq_attr* attr, void* srq_context, uint32_t xrcd, ibv_cq* cq);
+// XRC (verbs_xrc.cc): verbs_context's open_xrcd, close_xrcd, create_srq_ex,
+// get_srq_num and open_qp; the XRC target QPs ibv_open_qp finds (added at
+// creation, removed at destruction: EBUSY while another handle is open).
+void xrc_tgt_add(Qp* qp);
+int xrc_tgt_remove(Qp* qp);
+ibv_xrcd* open_xrcd(ibv_context* c, ibv_xrcd_init_attr* attr);
+int close_xrcd(ibv_xrcd* xrcd);
+ibv_srq* create_srq_ex(ibv_context* c, ibv_srq_init_attr_ex* attr);
+int get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+ibv_qp* open_qp(ibv_context* c, ibv_qp_open_attr* attr);
 
 // DROCE_STATS=1: counters on stderr, a QP's at ibv_destroy_qp and the
 // device's at ibv_close_device (verbs_counters.cc).

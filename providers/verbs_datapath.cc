@@ -41,17 +41,21 @@ uint32_t post_stamp() {
   return t != 0 ? t : 1;
 }
 
-// Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)).
+// Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)). An
+// XRC initiator takes RC's but ATOMIC WRITE (RC and RD only in IBA 1.5); an
+// XRC target has no send queue.
 bool map_send_op(ibv_qp_type type, ibv_wr_opcode op, queue::WqeOp* out) {
+  if (type == IBV_QPT_XRC_RECV) return false;
+  const bool rc = type == IBV_QPT_RC || type == IBV_QPT_XRC_SEND;
   switch (op) {
     case IBV_WR_SEND: *out = queue::WqeOp::kSend; return true;
     case IBV_WR_SEND_WITH_IMM: *out = queue::WqeOp::kSendImm; return true;
     case IBV_WR_RDMA_WRITE: *out = queue::WqeOp::kWrite; return type != IBV_QPT_UD;
     case IBV_WR_RDMA_WRITE_WITH_IMM: *out = queue::WqeOp::kWriteImm; return type != IBV_QPT_UD;
-    case IBV_WR_SEND_WITH_INV: *out = queue::WqeOp::kSendInv; return type == IBV_QPT_RC;
-    case IBV_WR_RDMA_READ: *out = queue::WqeOp::kRead; return type == IBV_QPT_RC;
-    case IBV_WR_ATOMIC_CMP_AND_SWP: *out = queue::WqeOp::kCmpSwap; return type == IBV_QPT_RC;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD: *out = queue::WqeOp::kFetchAdd; return type == IBV_QPT_RC;
+    case IBV_WR_SEND_WITH_INV: *out = queue::WqeOp::kSendInv; return rc;
+    case IBV_WR_RDMA_READ: *out = queue::WqeOp::kRead; return rc;
+    case IBV_WR_ATOMIC_CMP_AND_SWP: *out = queue::WqeOp::kCmpSwap; return rc;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD: *out = queue::WqeOp::kFetchAdd; return rc;
     case IBV_WR_BIND_MW: *out = queue::WqeOp::kBindMw; return type != IBV_QPT_UD;
     case IBV_WR_LOCAL_INV: *out = queue::WqeOp::kLocalInv; return type != IBV_QPT_UD;
     case IBV_WR_ATOMIC_WRITE: *out = queue::WqeOp::kAtomicWrite; return type == IBV_QPT_RC;
@@ -101,6 +105,9 @@ int post_allowed(const Qp* q, WorkQueue wq) {
   if (wq == WorkQueue::kSend) {
     return s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE || s == IBV_QPS_ERR ? 0 : EINVAL;
   }
+  // XRC QPs have no receive queue (a target's receives are its SRQs').
+  const ibv_qp_type t = q->qpx.qp_base.qp_type;
+  if (t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV) return EINVAL;
   return s != IBV_QPS_RESET && q->qpx.qp_base.srq == nullptr ? 0 : EINVAL;
 }
 
@@ -174,6 +181,8 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   w.flags = map_send_flags(wr->send_flags);
   w.imm_data = wr->imm_data;
   w.reserved = post_stamp();
+  // The XRC SRQ behind the peer that this request is for (XRCETH).
+  if (type == IBV_QPT_XRC_SEND) w.remote_qpn = wr->qp_type.xrc.remote_srqn;
   switch (op) {
     case queue::WqeOp::kSendInv:
     case queue::WqeOp::kLocalInv:
@@ -569,7 +578,14 @@ void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (!q->wr_err) cur_wqe(q)->rkey = rkey;
 }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
-void wr_set_xrc_srqn(ibv_qp_ex* q, uint32_t) { wr_unsupported(q); }
+void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
+  Qp* q = to_qp(qpx);
+  if (q->wr_cur == nullptr || qpx->qp_base.qp_type != IBV_QPT_XRC_SEND) {
+    if (!q->wr_err) q->wr_err = EINVAL;
+    return;
+  }
+  if (!q->wr_err) cur_wqe(q)->remote_qpn = remote_srqn;
+}
 void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
   if (!wr_allowed(qpx, IBV_WR_ATOMIC_WRITE)) return;
   Qp* q = to_qp(qpx);

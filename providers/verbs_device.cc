@@ -109,7 +109,7 @@ void fill_device_attr(const engine::PortInfo& p, ibv_device_attr* a) {
   a->max_qp_wr = engine::Limits::kMaxQpWr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                         IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_MEM_WINDOW |
-                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
   a->max_mw = engine::Limits::kMaxMr;
   a->max_sge = engine::Limits::kMaxSge;
   a->max_sge_rd = engine::Limits::kMaxSge;
@@ -182,6 +182,8 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   a.odp_caps.per_transport_caps.uc_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.ud_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                   IBV_ODP_SUPPORT_SRQ_RECV;
   // Packet pacing (IBV_QP_RATE_LIMIT, ibv_modify_qp_rate_limit), kbps.
   a.packet_pacing_caps.qp_rate_limit_min = 1;
   a.packet_pacing_caps.qp_rate_limit_max = droce::transport::kMaxRateLimitKbps;
@@ -471,6 +473,11 @@ ibv_context* open_context(ibv_device* device, int cmd_fd, bool close_on_failure)
   v.alloc_parent_domain = alloc_parent_domain;
   v.alloc_td = alloc_td;
   v.dealloc_td = dealloc_td;
+  v.open_xrcd = open_xrcd;
+  v.close_xrcd = close_xrcd;
+  v.create_srq_ex = create_srq_ex;
+  v.get_srq_num = get_srq_num;
+  v.open_qp = open_qp;
   // Port and device events (after async_fd exists: they are queued on it).
   ctx->s->engine->AddDeviceSink(&ctx->s->events);
   cmd_fd_ref(c.cmd_fd, device, 1);

@@ -21,11 +21,11 @@ namespace droce::provider {
 
 bool context_is_ours(ibv_context* c);
 
-namespace {
-
 int status_errno(const absl::Status& s) { return ctl::ErrnoOf(s); }
 
 engine::Session* engine_of(ibv_context* c) { return to_ctx(c)->s->engine.get(); }
+
+namespace {
 
 // An enum field of the caller's struct as the integer it holds: fields the
 // attribute mask leaves out are often uninitialised (librdmacm's
@@ -173,17 +173,24 @@ void CqAsync::CqError(uint64_t cookie) {
   push_async_event(to_ctx(cq->cq.context), ev);
 }
 
+
 ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, bool ex) {
-  if (!context_is_ours(c) || pd == nullptr || attr == nullptr || attr->send_cq == nullptr ||
-      attr->recv_cq == nullptr) {
+  // An XRC target QP (IBV_QPT_XRC_RECV) has an XRC domain and nothing
+  // else: no PD, CQs, SRQ or queues. An XRC initiator (IBV_QPT_XRC_SEND)
+  // has a PD and a send CQ only.
+  const bool tgt = attr != nullptr && attr->qp_type == IBV_QPT_XRC_RECV;
+  const bool ini = attr != nullptr && attr->qp_type == IBV_QPT_XRC_SEND;
+  if (!context_is_ours(c) || attr == nullptr ||
+      (tgt ? attr->xrcd == nullptr || attr->xrcd->context != c
+           : pd == nullptr || attr->send_cq == nullptr || (!ini && attr->recv_cq == nullptr))) {
     errno = EINVAL;
     return nullptr;
   }
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD) {
-    errno = EOPNOTSUPP;  // XRC, raw packet, driver QPs
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD && !tgt && !ini) {
+    errno = EOPNOTSUPP;  // raw packet, driver QPs
     return nullptr;
   }
-  if (attr->srq != nullptr && attr->srq->context != c) {
+  if (attr->srq != nullptr && (attr->srq->context != c || tgt || ini)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -192,25 +199,29 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
     kSupportedOps |= IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                      IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
   }
-  if (attr->qp_type == IBV_QPT_RC) {
+  if (attr->qp_type == IBV_QPT_RC || ini) {
     kSupportedOps |= IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV |
-                     IBV_QP_EX_WITH_ATOMIC_WRITE;
+                     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_SEND_WITH_INV;
   }
+  if (attr->qp_type == IBV_QPT_RC) kSupportedOps |= IBV_QP_EX_WITH_ATOMIC_WRITE;
+  if (tgt) kSupportedOps = 0;  // no send queue
   if (ex && (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~kSupportedOps)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
+  if (tgt) attr->cap = {};  // it has no queues: nothing is asked or granted
+  if (ini) attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;
   auto* qp = new Qp();
   engine::QpCreateArgs a;
   a.type = static_cast<transport::QpType>(attr->qp_type);
   a.srq = attr->srq != nullptr ? to_srq(attr->srq)->handle.id : 0;
   a.events = &to_ctx(c)->s->events;
   a.cookie = reinterpret_cast<uint64_t>(qp);
-  a.pd = reinterpret_cast<Pd*>(pd)->id;
-  a.send_cq = to_cq(attr->send_cq)->handle.id;
-  a.recv_cq = to_cq(attr->recv_cq)->handle.id;
+  a.pd = tgt ? 0 : reinterpret_cast<Pd*>(pd)->id;
+  a.xrcd = tgt ? reinterpret_cast<Xrcd*>(attr->xrcd)->id : 0;
+  a.send_cq = tgt ? 0 : to_cq(attr->send_cq)->handle.id;
+  a.recv_cq = tgt || attr->recv_cq == nullptr ? 0 : to_cq(attr->recv_cq)->handle.id;
   a.max_send_wr = attr->cap.max_send_wr;
   a.max_recv_wr = attr->cap.max_recv_wr;
   a.max_send_sge = attr->cap.max_send_sge;
@@ -231,9 +242,9 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   ibv_qp& q = qp->qpx.qp_base;
   q.context = c;
   q.qp_context = attr->qp_context;
-  q.pd = pd;
-  q.send_cq = attr->send_cq;
-  q.recv_cq = attr->recv_cq;
+  q.pd = tgt ? nullptr : pd;
+  q.send_cq = tgt ? nullptr : attr->send_cq;
+  q.recv_cq = tgt || ini ? nullptr : attr->recv_cq;
   q.srq = attr->srq;
   q.handle = h->qpn;
   q.qp_num = h->qpn;
@@ -242,12 +253,18 @@ ibv_qp* create_qp_common(ibv_context* c, ibv_pd* pd, ibv_qp_init_attr_ex* attr, 
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   init_qp_ex_ops(&qp->qpx);
+  if (tgt) {
+    qp->xrcd = a.xrcd;
+    xrc_tgt_add(qp);
+    return &q;
+  }
   // Report the capabilities actually granted (ibv_create_qp(3)).
   attr->cap.max_send_wr = h->caps.max_send_wr;
   attr->cap.max_recv_wr = h->caps.max_recv_wr;
   attr->cap.max_send_sge = h->caps.max_send_sge;
   attr->cap.max_recv_sge = h->caps.max_recv_sge;
   attr->cap.max_inline_data = h->caps.max_inline;
+  if (ini) attr->cap.max_recv_wr = attr->cap.max_recv_sge = 0;  // it has no receive queue
   return &q;
 }
 
@@ -329,18 +346,20 @@ ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr) {
 }
 
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
-  if (attr == nullptr || !(attr->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+  // An XRC target QP names its XRC domain instead of a PD.
+  const bool tgt = attr != nullptr && attr->qp_type == IBV_QPT_XRC_RECV;
+  if (attr == nullptr || !(attr->comp_mask & (tgt ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD))) {
     errno = EINVAL;
     return nullptr;
   }
-  // The masks a RoCE provider without XRC or raw packet QPs takes: PD,
-  // SEND_OPS_FLAGS and CREATE_FLAGS. XRCD, MAX_TSO_HEADER (raw packet
-  // TSO), IND_TABLE and RX_HASH (raw packet RSS) are EOPNOTSUPP, as is any
+  // The masks a RoCE provider without raw packet QPs takes: PD, XRCD,
+  // SEND_OPS_FLAGS and CREATE_FLAGS. MAX_TSO_HEADER (raw packet TSO),
+  // IND_TABLE and RX_HASH (raw packet RSS) are EOPNOTSUPP, as is any
   // creation flag (rxe's answer to all of them): BLOCK_SELF_MCAST_LB and
   // SOURCE_QPN are UD features droce does not have, the rest are raw packet
   // offloads.
-  if (attr->comp_mask &
-      ~(uint32_t{IBV_QP_INIT_ATTR_PD} | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
+  if (attr->comp_mask & ~(uint32_t{IBV_QP_INIT_ATTR_PD} | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                          IBV_QP_INIT_ATTR_CREATE_FLAGS)) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -348,7 +367,12 @@ ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr) {
     errno = EOPNOTSUPP;
     return nullptr;
   }
-  return create_qp_common(c, attr->pd, attr, true);
+  // An XRC domain is for XRC target QPs only.
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) && !tgt) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return create_qp_common(c, tgt ? nullptr : attr->pd, attr, true);
 }
 
 // verbs_context::modify_cq (ibv_modify_cq is an inline wrapper around it).
@@ -502,6 +526,32 @@ int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr) {
   t.max_burst_sz = attr->max_burst_sz;
   t.typical_pkt_sz = attr->typical_pkt_sz;
   return engine_of(qp->context)->ModifyQp(qp->qp_num, t, droce::transport::kAttrState | droce::transport::kAttrRateLimit);
+}
+
+// A basic SRQ (xrcd 0) or an XRC SRQ of domain `xrcd` completing to `cq`.
+ibv_srq* create_srq_common(ibv_pd* pd, ibv_srq_attr* attr, void* srq_context, uint32_t xrcd, ibv_cq* cq) {
+  auto* s = new Srq();
+  auto h = engine_of(pd->context)
+               ->CreateSrq(reinterpret_cast<Pd*>(pd)->id, attr->max_wr, attr->max_sge, attr->srq_limit,
+                           &to_ctx(pd->context)->s->events, reinterpret_cast<uint64_t>(s), xrcd,
+                           cq != nullptr ? to_cq(cq)->handle.id : 0);
+  if (!h.ok()) {
+    delete s;
+    errno = status_errno(h.status());
+    return nullptr;
+  }
+  s->handle = *h;
+  s->xrc = xrcd != 0;
+  s->srq.context = pd->context;
+  s->srq.srq_context = srq_context;
+  s->srq.pd = pd;
+  s->srq.handle = h->id;
+  pthread_mutex_init(&s->srq.mutex, nullptr);
+  pthread_cond_init(&s->srq.cond, nullptr);
+  s->srq.events_completed = 0;
+  attr->max_wr = h->max_wr;
+  attr->max_sge = h->max_sge;
+  return &s->srq;
 }
 
 }  // namespace droce::provider
@@ -887,8 +937,24 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 
 int ibv_destroy_qp(ibv_qp* qp) {
   if (qp == nullptr) return EINVAL;
+  Qp* q = to_qp(qp);
+  if (q->real != nullptr) {
+    // A handle ibv_open_qp made: only it goes (IBA 11.2.5.5: the QP stays
+    // with its creator). It receives no events of its own.
+    q->real->opens.fetch_sub(1);
+    pthread_mutex_destroy(&qp->mutex);
+    pthread_cond_destroy(&qp->cond);
+    delete q;
+    return 0;
+  }
+  if (qp->qp_type == IBV_QPT_XRC_RECV) {
+    if (int rc = xrc_tgt_remove(q); rc != 0) return rc;
+  }
   if (stats_enabled()) print_qp_counters(qp);
-  if (int rc = status_errno(engine_of(qp->context)->DestroyQp(qp->qp_num)); rc != 0) return rc;
+  if (int rc = status_errno(engine_of(qp->context)->DestroyQp(qp->qp_num)); rc != 0) {
+    if (qp->qp_type == IBV_QPT_XRC_RECV) xrc_tgt_add(q);
+    return rc;
+  }
   // No event can be raised for it any more: drop those not yet read, and
   // wait until those read are acknowledged, as the kernel and libibverbs do.
   drop_async_events(to_ctx(qp->context), [qp](const ibv_async_event& e) { return e.element.qp == qp; },
@@ -924,33 +990,15 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
   return &to_qp(qp)->qpx;
 }
 
+
 ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   if (pd == nullptr || attr == nullptr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* s = new Srq();
-  auto h = engine_of(pd->context)
-               ->CreateSrq(reinterpret_cast<Pd*>(pd)->id, attr->attr.max_wr, attr->attr.max_sge,
-                           attr->attr.srq_limit, &to_ctx(pd->context)->s->events,
-                           reinterpret_cast<uint64_t>(s));
-  if (!h.ok()) {
-    delete s;
-    errno = status_errno(h.status());
-    return nullptr;
-  }
-  s->handle = *h;
-  s->srq.context = pd->context;
-  s->srq.srq_context = attr->srq_context;
-  s->srq.pd = pd;
-  s->srq.handle = h->id;
-  pthread_mutex_init(&s->srq.mutex, nullptr);
-  pthread_cond_init(&s->srq.cond, nullptr);
-  s->srq.events_completed = 0;
-  attr->attr.max_wr = h->max_wr;
-  attr->attr.max_sge = h->max_sge;
-  return &s->srq;
+  return create_srq_common(pd, &attr->attr, attr->srq_context, 0, nullptr);
 }
+
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
   if (srq == nullptr || attr == nullptr) return EINVAL;

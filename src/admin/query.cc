@@ -46,6 +46,8 @@ const char* QpTypeName(transport::QpType t) {
     case transport::QpType::kRc: return "RC";
     case transport::QpType::kUc: return "UC";
     case transport::QpType::kUd: return "UD";
+    case transport::QpType::kXrcIni: return "XRC_INI";  // as `rdma res show qp` names them
+    case transport::QpType::kXrcTgt: return "XRC_TGT";
   }
   return "?";
 }

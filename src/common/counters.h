@@ -71,7 +71,8 @@ inline uint64_t Peek(const uint64_t& c) {
   X(resp_cqe_flush_error, "ConnectX: receive completions flushed (IBV_WC_WR_FLUSH_ERR) by a QP in error") \
   X(rx_read_requests, "ConnectX: RDMA READ requests received and executed (not duplicates)") \
   X(rx_write_requests, "ConnectX: RDMA WRITE messages received (their FIRST or ONLY packet, not duplicates)") \
-  X(rx_atomic_requests, "ConnectX: atomic requests received and executed (not duplicates)")
+  X(rx_atomic_requests, "ConnectX: atomic requests received and executed (not duplicates)") \
+  X(xrc_bad_srqn, "XRC requests whose XRCETH named no SRQ of the target QP's XRC domain (or another SRQ mid-message): NAK invalid request")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -142,7 +143,8 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(resp_cqe_flush_error)    \
   X(rx_read_requests)        \
   X(rx_write_requests)       \
-  X(rx_atomic_requests)
+  X(rx_atomic_requests)      \
+  X(xrc_bad_srqn)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

@@ -80,7 +80,7 @@ absl::Status CheckRegMr(const RegMr& r, int nfds) {
 uint32_t AbiHash() {
   // Sizes of everything both sides lay out in shared memory or messages.
   uint32_t h = 2166136261u;
-  for (size_t v : {sizeof(Header), sizeof(HelloRep), sizeof(RegMr), sizeof(CreateQp), sizeof(QpRep),
+  for (size_t v : {sizeof(Header), sizeof(HelloRep), sizeof(RegMr), sizeof(CreateQp), sizeof(QpRep), sizeof(CreateSrq),
                    sizeof(WireQpAttr), sizeof(EventRecord), sizeof(Counters), sizeof(QpCounters),
                    sizeof(queue::SendWqe), sizeof(queue::RecvWqe), sizeof(queue::Cqe), sizeof(queue::RingHeader),
                    sizeof(engine::QpShared), sizeof(cq::CqControl), sizeof(engine::WakeWords),
@@ -113,7 +113,7 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
     case kCreateQp: {
       CreateQp c;
       std::memcpy(&c, p, sizeof(c));
-      if (c.type != 2 && c.type != 3 && c.type != 4) return Bad("QP type");
+      if (c.type != 2 && c.type != 3 && c.type != 4 && c.type != 9 && c.type != 10) return Bad("QP type");
       if (c.sq_sig_all > 1) return Bad("sq_sig_all");
       return absl::OkStatus();
     }

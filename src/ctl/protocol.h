@@ -188,6 +188,7 @@ struct ModifyCq {
 struct CreateQp {
   uint32_t type;  // transport::QpType
   uint32_t pd, send_cq, recv_cq, srq;
+  uint32_t xrcd;  // an XRC target QP's XRC domain (a PD id of the client's)
   uint32_t max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline;
   uint32_t sq_sig_all;
   uint32_t cookie;  // the client's name for it in event records
@@ -227,6 +228,7 @@ struct ModifyQp {
 struct CreateSrq {
   uint32_t pd, max_wr, max_sge, limit;
   uint32_t cookie;  // the client's name for it in event records
+  uint32_t xrcd, cq;  // an XRC SRQ's domain and CQ (xrcd 0: a basic SRQ)
 };
 struct SrqRep {  // fd 0: the ring
   uint32_t id, max_wr, max_sge, pad;

@@ -536,14 +536,21 @@ bool Handler::Handle(Msg& m) {
     }
     case ctl::kCreateQp: {
       const auto a = Payload<ctl::CreateQp>(m);
-      if (!d.pds.contains(a.pd) || !d.cqs.contains(a.send_cq) || !d.cqs.contains(a.recv_cq) ||
+      // Every object named must be this client's; an XRC target names its
+      // XRC domain (a PD id) and no CQ, an XRC initiator no receive CQ.
+      const auto type = static_cast<transport::QpType>(a.type);
+      const bool tgt = type == transport::QpType::kXrcTgt;
+      const bool rcq_optional = tgt || type == transport::QpType::kXrcIni;
+      if (!d.pds.contains(tgt ? a.xrcd : a.pd) || (!tgt && !d.cqs.contains(a.send_cq)) ||
+          ((!rcq_optional || a.recv_cq != 0) && !d.cqs.contains(a.recv_cq)) ||
           (a.srq != 0 && !d.srqs.contains(a.srq))) {
         return Reply(h, Foreign());
       }
       if (Over(lim_.max_qps, c_.nqps, 1)) return Reply(h, ENOMEM);
       engine::QpCreateArgs args;
-      args.type = static_cast<transport::QpType>(a.type);
-      args.pd = a.pd;
+      args.type = type;
+      args.pd = tgt ? 0 : a.pd;
+      args.xrcd = tgt ? a.xrcd : 0;
       args.send_cq = a.send_cq;
       args.recv_cq = a.recv_cq;
       args.srq = a.srq;
@@ -603,8 +610,10 @@ bool Handler::Handle(Msg& m) {
     }
     case ctl::kCreateSrq: {
       const auto a = Payload<ctl::CreateSrq>(m);
-      if (!d.pds.contains(a.pd)) return Reply(h, Foreign());
-      auto srq = dev.CreateSrq(a.pd, a.max_wr, a.max_sge, a.limit, &d, a.cookie);
+      if (!d.pds.contains(a.pd) || (a.xrcd != 0 && (!d.pds.contains(a.xrcd) || !d.cqs.contains(a.cq)))) {
+        return Reply(h, Foreign());
+      }
+      auto srq = dev.CreateSrq(a.pd, a.max_wr, a.max_sge, a.limit, &d, a.cookie, a.xrcd, a.cq);
       if (!srq.ok()) return Reply(h, ctl::ErrnoOf(srq.status()));
       d.srqs.insert(srq->id);
       live(1);

@@ -581,6 +581,8 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   caps.max_recv_wr = queue::round_up_pow2(std::max(a.max_recv_wr, 1u));
   caps.max_send_sge = std::max(a.max_send_sge, 1u);
   caps.max_recv_sge = std::max(a.max_recv_sge, 1u);
+  // An XRC target takes receive WQEs from SRQs of any SGE count.
+  if (a.type == transport::QpType::kXrcTgt) caps.max_recv_sge = Limits::kMaxSge;
   // Inline data shares the WQE slot with the SGE list; report what fits.
   caps.max_inline = std::max<uint32_t>(a.max_inline, caps.max_send_sge * sizeof(queue::Sge));
   const uint32_t sstride = (sizeof(queue::SendWqe) +
@@ -605,11 +607,20 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   entry->shared = h.shared;
   absl::Status s;
   RunOnWorker([&] {
-    uint32_t* pd_uses = PdUses(a.pd);
-    auto scq = cqs_.find(a.send_cq);
-    auto rcq = cqs_.find(a.recv_cq);
-    if (pd_uses == nullptr || scq == cqs_.end() || rcq == cqs_.end()) {
-      s = absl::NotFoundError("no such PD or CQ");
+    // An XRC target QP holds its XRC domain where others hold their PD,
+    // and has no CQ; an XRC initiator has no receive CQ.
+    const bool tgt = a.type == transport::QpType::kXrcTgt;
+    const bool has_rcq = !tgt && a.type != transport::QpType::kXrcIni;
+    const uint32_t holds = tgt ? a.xrcd : a.pd;
+    uint32_t* pd_uses = holds != 0 ? PdUses(holds) : nullptr;
+    auto scq = tgt ? cqs_.end() : cqs_.find(a.send_cq);
+    auto rcq = has_rcq || a.recv_cq != 0 ? cqs_.find(a.recv_cq) : cqs_.end();
+    if (pd_uses == nullptr || (!tgt && scq == cqs_.end()) || ((has_rcq || a.recv_cq != 0) && rcq == cqs_.end())) {
+      s = absl::NotFoundError("no such PD, XRC domain or CQ");
+      return;
+    }
+    if ((tgt || a.type == transport::QpType::kXrcIni) && a.srq != 0) {
+      s = absl::InvalidArgumentError("an XRC QP takes no SRQ");
       return;
     }
     SrqEntry* srq = nullptr;
@@ -641,14 +652,15 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     transport::QpInit init;
     init.qpn = h.qpn;
     init.type = a.type;
-    init.pd = a.pd;
+    init.pd = tgt ? 0 : a.pd;
+    init.xrcd = tgt ? a.xrcd : 0;
     init.sq_sig_all = a.sq_sig_all;
     init.caps = caps;
     init.state_word = &h.shared->state;
     init.sq = h.sq;
     init.rq = h.rq;
-    init.send_cq = scq->second.producer.get();
-    init.recv_cq = rcq->second.producer.get();
+    init.send_cq = scq != cqs_.end() ? scq->second.producer.get() : nullptr;
+    init.recv_cq = rcq != cqs_.end() ? rcq->second.producer.get() : nullptr;
     init.srq = srq != nullptr ? srq->srq.get() : nullptr;
     init.port = TransportPort();
     init.measure_latency = measure_latency_;
@@ -658,17 +670,17 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;
     ++owner->qps;
-    entry->pd = a.pd;
-    entry->send_cq = a.send_cq;
-    entry->recv_cq = a.recv_cq;
+    entry->pd = holds;
+    entry->send_cq = scq != cqs_.end() ? a.send_cq : 0;
+    entry->recv_cq = rcq != cqs_.end() ? a.recv_cq : 0;
     entry->srq = a.srq;
     entry->events = a.events;
     entry->cookie = a.cookie;
     entry->owner_tag = a.owner;
     if (srq != nullptr) ++srq->users;
     ++*pd_uses;
-    ++scq->second.users;
-    ++rcq->second.users;
+    if (scq != cqs_.end()) ++scq->second.users;
+    if (rcq != cqs_.end()) ++rcq->second.users;
     qps_.emplace(h.qpn, std::move(entry));
   });
   if (!s.ok()) return s;
@@ -774,8 +786,8 @@ int Device::DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
   return rc;
 }
 
-absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge,
-                                            uint32_t limit, EventSink* events, uint64_t cookie) {
+absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
+                                            EventSink* events, uint64_t cookie, uint32_t xrcd, uint32_t cq) {
   if (dead()) return DeadError();
   if (max_wr == 0 || max_wr > Limits::kMaxQpWr || max_sge == 0 || max_sge > Limits::kMaxSge ||
       limit > max_wr) {
@@ -792,19 +804,30 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
   absl::Status s;
   RunOnWorker([&] {
     uint32_t* uses = PdUses(pd);
-    if (uses == nullptr) {
-      s = absl::NotFoundError("no such PD");
+    uint32_t* xrcd_uses = xrcd != 0 ? PdUses(xrcd) : nullptr;
+    auto c = xrcd != 0 ? cqs_.find(cq) : cqs_.end();
+    if (uses == nullptr || (xrcd != 0 && (xrcd_uses == nullptr || c == cqs_.end()))) {
+      s = absl::NotFoundError("no such PD, XRC domain or CQ");
       return;
     }
-    h.id = next_srq_++;
+    // SRQ numbers are 24 bits on the wire (XRCETH), never 0.
+    while (srqs_.contains(next_srq_) || next_srq_ == 0) next_srq_ = (next_srq_ + 1) & 0xFFFFFF;
+    h.id = next_srq_;
+    next_srq_ = (next_srq_ + 1) & 0xFFFFFF;
     SrqEntry e;
     e.srq = std::make_unique<transport::Srq>(h.ring, max_sge, workers_.size() > 1);
     e.srq->SetLimit(limit);
     e.shm = std::move(*shm);
     e.pd = pd;
+    e.xrcd = xrcd;
+    e.cq = xrcd != 0 ? cq : 0;
     e.events = events;
     e.cookie = cookie;
     ++*uses;
+    if (xrcd_uses != nullptr) {
+      ++*xrcd_uses;
+      ++c->second.users;
+    }
     srqs_.emplace(h.id, std::move(e));
   });
   if (!s.ok()) return s;
@@ -838,7 +861,17 @@ absl::Status Device::DestroySrq(uint32_t id) {
     if (it == srqs_.end()) s = absl::NotFoundError("no such SRQ");
     else if (it->second.users != 0) s = absl::FailedPreconditionError("SRQ in use by a QP");
     else {
-      ReleasePd(it->second.pd);
+      SrqEntry& e = it->second;
+      ReleasePd(e.pd);
+      if (e.xrcd != 0) {
+        // XRC target QPs reach it by number, holding no reference: the
+        // ones that used it last forget it.
+        for (auto& [qpn, q] : qps_) {
+          if (q->qp->type() == transport::QpType::kXrcTgt && q->pd == e.xrcd) q->qp->DropXrcSrq(e.srq.get());
+        }
+        ReleasePd(e.xrcd);
+        if (auto c = cqs_.find(e.cq); c != cqs_.end()) --c->second.users;
+      }
       srqs_.erase(it);
     }
   });
@@ -914,6 +947,16 @@ void Device::ReleasePd(uint32_t pd) {
   if (uint32_t* uses = PdUses(pd); uses != nullptr && *uses > 0) --*uses;
 }
 
+bool Device::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) {
+  auto it = srqs_.find(srqn);
+  if (it == srqs_.end() || it->second.xrcd == 0) return false;
+  const SrqEntry& e = it->second;
+  auto c = cqs_.find(e.cq);
+  if (c == cqs_.end()) return false;
+  *out = {e.srq.get(), c->second.producer.get(), e.pd, e.xrcd, srqn};
+  return true;
+}
+
 void Device::DeliverEvents(QpEntry* e) {
   const uint32_t ev = e->qp->TakeEvents();
   if (ev != 0 && e->events != nullptr) {
@@ -923,7 +966,9 @@ void Device::DeliverEvents(QpEntry* e) {
   }
   transport::Srq* srq = e->qp->srq();
   if (srq == nullptr) return;
-  auto it = srqs_.find(e->srq);
+  // An XRC target QP: the SRQ its last request named.
+  const uint32_t srq_id = e->srq != 0 ? e->srq : e->qp->xrc_srq_id();
+  auto it = srqs_.find(srq_id);
   EventSink* sink = it != srqs_.end() ? it->second.events : nullptr;
   if (srq->TakeLimitEvent() && sink != nullptr) sink->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
   if (srq->TakeErrorEvent()) {
@@ -932,7 +977,7 @@ void Device::DeliverEvents(QpEntry* e) {
     // other workers: done with all of them stopped, after this turn.
     Bump(e->owner->stats.srq_err);
     if (sink != nullptr) sink->SrqEvent(it->second.cookie, 14 /* IBV_EVENT_SRQ_ERR */);
-    e->owner->exclusive.push_back([this, id = e->srq] { FailSrqQps(id); });
+    e->owner->exclusive.push_back([this, id = srq_id] { FailSrqQps(id); });
   }
 }
 

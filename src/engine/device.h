@@ -87,6 +87,7 @@ struct QpEntry {
   bool active = false;  // on the owner's active list (has something to send)
   bool timed = false;   // on the owner's timed list (awaits ACKs)
   uint64_t paced_at = 0;  // its entry in the owner's pacing queue (ns), 0 if none
+  // pd: an XRC target QP's XRC domain (it holds that use).
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   EventSink* events = nullptr;
   uint64_t cookie = 0;
@@ -160,6 +161,7 @@ struct Worker final : transport::TransportEnv {
   mem::MrTable& Mrs() override;
   bool InvalidateRkey(uint32_t rkey, uint32_t pd) override;
   const transport::AddressHandle* FindAh(uint32_t id) override;
+  bool FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) override;
   Counters& Stats() override { return stats; }
 };
 
@@ -220,7 +222,7 @@ class Device final : public Session {
   int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) override;
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override;
   absl::StatusOr<SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
-                                      EventSink* events, uint64_t cookie) override;
+                                      EventSink* events, uint64_t cookie, uint32_t xrcd, uint32_t cq) override;
   // Arms the SRQ limit; returns 0 or an errno.
   int ModifySrq(uint32_t id, uint32_t limit) override;
   absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override;
@@ -339,6 +341,7 @@ class Device final : public Session {
   // Shared by every worker's TransportEnv.
   bool InvalidateRkey(uint32_t rkey, uint32_t pd);
   const transport::AddressHandle* FindAh(uint32_t id);
+  bool FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out);
 
  private:
   friend struct Worker;
@@ -346,6 +349,7 @@ class Device final : public Session {
     std::unique_ptr<transport::Srq> srq;
     queue::ShmRegion shm;
     uint32_t pd = 0;
+    uint32_t xrcd = 0, cq = 0;  // an XRC SRQ's domain and CQ (0: a basic SRQ)
     uint32_t users = 0;
     EventSink* events = nullptr;
     uint64_t cookie = 0;

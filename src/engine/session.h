@@ -94,7 +94,10 @@ class EventSink {
 
 struct QpCreateArgs {
   transport::QpType type = transport::QpType::kRc;
-  uint32_t pd = 0;
+  uint32_t pd = 0;    // 0 for an XRC target QP
+  uint32_t xrcd = 0;  // an XRC target QP's XRC domain (OpenXrcd)
+  // 0 where the type has none: both for an XRC target, recv_cq for an XRC
+  // initiator.
   uint32_t send_cq = 0, recv_cq = 0;
   uint32_t srq = 0;  // 0: the QP has its own receive queue
   EventSink* events = nullptr;
@@ -194,8 +197,16 @@ class Session {
   virtual int ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask) = 0;
   virtual absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) = 0;
   virtual absl::Status DestroyQp(uint32_t qpn) = 0;
+  // xrcd 0: a basic SRQ; else an XRC SRQ of that XRC domain whose
+  // completions go to CQ `cq` (its number is the handle's id: ibv_get_srq_num).
   virtual absl::StatusOr<SrqHandle> CreateSrq(uint32_t pd, uint32_t max_wr, uint32_t max_sge, uint32_t limit,
-                                              EventSink* events, uint64_t cookie) = 0;
+                                              EventSink* events, uint64_t cookie, uint32_t xrcd, uint32_t cq) = 0;
+  // XRC domains (ibv_open_xrcd): an engine object that XRC SRQs and target
+  // QPs name and count as its users. Held in the PD table (an XRC domain is
+  // a protection domain no memory is registered on), so the default is the
+  // PD calls; DeallocXrcd is FailedPrecondition while it has users.
+  virtual absl::StatusOr<uint32_t> AllocXrcd() { return AllocPd(); }
+  virtual absl::Status DeallocXrcd(uint32_t xrcd) { return DeallocPd(xrcd); }
   virtual int ModifySrq(uint32_t id, uint32_t limit) = 0;
   virtual absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) = 0;
   virtual absl::Status DestroySrq(uint32_t id) = 0;

@@ -803,6 +803,7 @@ bool Worker::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) { return
 mem::MrTable& Worker::Mrs() { return dev->mrs_; }
 bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->InvalidateRkey(rkey, pd); }
 const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
+bool Worker::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) { return dev->FindXrcSrq(srqn, out); }
 
 void Device::FlushTx(Worker& w) {
   if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)

@@ -224,8 +224,11 @@ void Qp::OnAtomicAck(const wire::PacketView& pkt) {
 }
 
 void Qp::OnResponse(const wire::PacketView& pkt) {
-  if (type_ != QpType::kRc) {
-    Count(QpCounter::malformed_pkts);  // responses exist only on RC
+  // Responses exist only for an RC or XRC initiator QP, in its transport's
+  // opcodes (IBA 9.6.1.1.2).
+  if ((type_ != QpType::kRc && type_ != QpType::kXrcIni) ||
+      wire::opcode_transport(pkt.bth.opcode) != wire::opcode_transport(op_base_)) {
+    Count(QpCounter::malformed_pkts);
     return;
   }
   if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
@@ -242,7 +245,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     OnReadResponse(pkt);
     return;
   }
-  if (pkt.bth.opcode == wire::kRcAtomicAck) {
+  if (wire::opcode_operation(pkt.bth.opcode) == wire::kRcAtomicAck) {
     OnAtomicAck(pkt);
     return;
   }
@@ -317,7 +320,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
 }
 
 void Qp::OnTimer(uint64_t now) {
-  if ((attr_.state != QpState::kRts && attr_.state != QpState::kSqd) || type_ != QpType::kRc) return;
+  if ((attr_.state != QpState::kRts && attr_.state != QpState::kSqd) || !reliable()) return;
   if (rnr_wait_) {
     if (now >= rnr_resume_ns_) {
       rnr_wait_ = false;

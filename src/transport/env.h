@@ -12,6 +12,22 @@
 namespace droce::transport {
 
 struct AddressHandle;
+class Srq;
+}  // namespace droce::transport
+namespace droce::cq {
+class CqProducer;
+}
+namespace droce::transport {
+
+// An XRC SRQ as an XRC target QP finds it by the number in a request's
+// XRCETH: where the receive WQEs come from, where their completions go, and
+// the PD that memory accesses of that request are checked against (IBA
+// 9.8.3: an XRC request is executed on its SRQ's PD).
+struct XrcSrqRef {
+  Srq* srq = nullptr;
+  cq::CqProducer* cq = nullptr;
+  uint32_t pd = 0, xrcd = 0, id = 0;
+};
 
 struct TxFrame {
   uint8_t* data = nullptr;
@@ -37,6 +53,13 @@ class TransportEnv {
   virtual bool InvalidateRkey(uint32_t rkey, uint32_t pd) = 0;
   // A UD address handle by id; nullptr if there is none.
   virtual const AddressHandle* FindAh(uint32_t id) = 0;
+  // The XRC SRQ numbered `srqn`; false if there is none (an environment
+  // without XRC has none).
+  virtual bool FindXrcSrq(uint32_t srqn, XrcSrqRef* out) {
+    (void)srqn;
+    (void)out;
+    return false;
+  }
   virtual Counters& Stats() = 0;
 };
 

@@ -38,7 +38,9 @@ uint64_t rnr_timer_ns(uint8_t code) {
 Qp::Qp(const QpInit& init, TransportEnv* env)
     : qpn_(init.qpn),
       type_(init.type),
+      op_base_(init.type == QpType::kUc ? 0x20 : init.type == QpType::kRc ? 0x00 : wire::kXrcBase),
       pd_(init.pd),
+      xrcd_(init.xrcd),
       sq_sig_all_(init.sq_sig_all),
       caps_(init.caps),
       sq_(init.sq),
@@ -102,10 +104,16 @@ struct Transition {
 };
 
 // The IBA 10.3.1 / ib_modify_qp_is_ok table for the connected service types
-// (RC; UC differs only in RDMA-read attributes) and for UD.
+// (RC; UC differs only in RDMA-read attributes; an XRC initiator has RC's
+// requester attributes and UC's responder ones, an XRC target the reverse)
+// and for UD.
 Transition transition(QpType type, QpState cur, QpState next) {
-  const bool rc = type == QpType::kRc;
   const bool ud = type == QpType::kUd;
+  const bool tgt = type == QpType::kXrcTgt;
+  // The requester's RDMA-read and retry attributes (timeouts, retry counts,
+  // initiator depth) and the responder's (RNR timer, responder depth).
+  const bool req = type == QpType::kRc || type == QpType::kXrcIni;
+  const bool resp = type == QpType::kRc || tgt;
   using S = QpState;
   if (next == S::kReset || next == S::kErr) return {0, 0, true};
   switch (cur) {
@@ -122,9 +130,9 @@ Transition transition(QpType type, QpState cur, QpState next) {
       }
       if (next == S::kRtr) {
         if (ud) return {0, kAttrPkeyIndex | kAttrQkey, true};
-        uint32_t req = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
-        if (rc) req |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
-        return {req, kAttrAltPath | kAttrAccessFlags | kAttrPkeyIndex, true};
+        uint32_t required = kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
+        if (resp) required |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
+        return {required, kAttrAltPath | kAttrAccessFlags | kAttrPkeyIndex, true};
       }
       break;
     case S::kRtr:
@@ -132,11 +140,12 @@ Transition transition(QpType type, QpState cur, QpState next) {
         // IBV_QP_RATE_LIMIT: optional here and RTS->RTS, as the kernel's
         // ib_modify_qp_is_ok has it.
         if (ud) return {kAttrSqPsn, kAttrCurState | kAttrQkey | kAttrRateLimit, true};
-        uint32_t req = kAttrSqPsn;
-        if (rc) req |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+        uint32_t required = kAttrSqPsn;
+        if (req) required |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+        if (tgt) required |= kAttrTimeout;
         uint32_t opt = kAttrCurState | kAttrAltPath | kAttrAccessFlags | kAttrPathMigState | kAttrRateLimit;
-        if (rc) opt |= kAttrMinRnrTimer;
-        return {req, opt, true};
+        if (resp) opt |= kAttrMinRnrTimer;
+        return {required, opt, true};
       }
       break;
     case S::kRts:
@@ -144,7 +153,7 @@ Transition transition(QpType type, QpState cur, QpState next) {
       if (next == S::kRts) {
         if (ud) return {0, kAttrCurState | kAttrQkey | kAttrRateLimit, true};
         uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState | kAttrRateLimit;
-        if (rc) opt |= kAttrMinRnrTimer;
+        if (resp) opt |= kAttrMinRnrTimer;
         return {0, opt, true};
       }
       if (cur == S::kRts && next == S::kSqd) return {0, kAttrEnSqdAsyncNotify, true};
@@ -153,7 +162,7 @@ Transition transition(QpType type, QpState cur, QpState next) {
       if (next == S::kRts) {
         if (ud) return {0, kAttrCurState | kAttrQkey, true};
         uint32_t opt = kAttrCurState | kAttrAccessFlags | kAttrAltPath | kAttrPathMigState;
-        if (rc) opt |= kAttrMinRnrTimer;
+        if (resp) opt |= kAttrMinRnrTimer;
         return {0, opt, true};
       }
       if (next == S::kSqd) {
@@ -161,10 +170,8 @@ Transition transition(QpType type, QpState cur, QpState next) {
         if (ud) return {0, kAttrPkeyIndex | kAttrQkey, true};
         uint32_t opt = kAttrCurState | kAttrAv | kAttrPathMtu | kAttrAccessFlags | kAttrPkeyIndex |
                        kAttrAltPath | kAttrPathMigState;
-        if (rc) {
-          opt |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic |
-                 kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
-        }
+        if (req) opt |= kAttrPort | kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
+        if (resp) opt |= kAttrPort | kAttrTimeout | kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
         return {0, opt, true};
       }
       break;
@@ -281,6 +288,16 @@ void Qp::DefaultPacing() {
   pacer_.Set(default_rate_kbps_, default_rate_burst_, MaxFrame(), env_->NowNs());
 }
 
+void Qp::DropXrcSrq(const Srq* srq) {
+  if (type_ != QpType::kXrcTgt || srq_ != srq) return;
+  // The WQE in progress went with its SRQ: the rest of that message finds
+  // no SRQ and fails (SelectXrcSrq).
+  recv_.active = false;
+  srq_ = nullptr;
+  recv_cq_ = nullptr;
+  xrc_srqn_ = xrc_srq_id_ = 0;
+}
+
 void Qp::ResetQueues() {
   // Moving to RESET discards every WQE without a completion (IBA 10.3.1).
   const uint32_t sq_prod = sq_.load_prod_acquire();
@@ -297,6 +314,12 @@ void Qp::ResetQueues() {
   resp_head_ = resp_tail_ = 0;
   for (auto& a : atomic_history_) a.valid = false;
   recv_ = RecvCtx{};
+  if (type_ == QpType::kXrcTgt) {
+    srq_ = nullptr;
+    recv_cq_ = nullptr;
+    pd_ = 0;
+    xrc_srqn_ = xrc_srq_id_ = 0;
+  }
   rnr_wait_ = false;
   nak_sent_ = false;
   in_send_message_ = false;
@@ -330,7 +353,7 @@ void Qp::EnterError() {
   rd_atomic_inflight_ = 0;
   FlushAll();
   // IBA 11.6.3.1: a QP on an SRQ reports its last WQE once it is in error.
-  if (srq_ != nullptr) Raise(QpEvent::kLastWqeReached);
+  if (srq_ != nullptr && type_ != QpType::kXrcTgt) Raise(QpEvent::kLastWqeReached);
 }
 
 void Qp::LocalCatastrophe() {
@@ -345,6 +368,7 @@ void Qp::FlushAll() {
   // corrupt ring only the WQEs already fetched are real.
   uint32_t sq_prod = sq_.load_prod_acquire();
   if (RingCorrupt(sq_, sq_prod, sq_comp_)) sq_prod = sq_fetched_;
+  if (send_cq_ == nullptr) sq_prod = sq_comp_;  // an XRC target has no send queue to flush
   while (sq_comp_ != sq_prod) {
     queue::SendWqe w;
     std::memcpy(&w, sq_.slot(sq_comp_), sizeof(w));
@@ -358,7 +382,7 @@ void Qp::FlushAll() {
   send_pkt_ = 0;
   sq_.publish_cons(sq_comp_);
 
-  if (recv_.active) {
+  if (recv_.active && recv_cq_ != nullptr) {
     queue::Cqe c{};
     c.wr_id = recv_.wqe.wr_id;
     c.status = queue::wc::kWrFlushErr;
@@ -373,8 +397,9 @@ void Qp::FlushAll() {
 }
 
 void Qp::OnRecvDoorbell() {
-  // SRQ WQEs belong to every QP on the SRQ; an erroring QP does not flush them.
-  if (attr_.state != QpState::kErr || srq_ != nullptr) return;
+  // SRQ WQEs belong to every QP on the SRQ; an erroring QP does not flush
+  // them. XRC QPs have no receive queue.
+  if (attr_.state != QpState::kErr || srq_ != nullptr || recv_cq_ == nullptr) return;
   const uint32_t prod = rq_.load_prod_acquire();
   if (RingCorrupt(rq_, prod, rq_cons_)) return;  // nothing in it is known to be real
   while (rq_cons_ != prod) {

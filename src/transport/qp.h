@@ -29,8 +29,11 @@ namespace droce::transport {
 enum class QpState : uint8_t { kReset = 0, kInit, kRtr, kRts, kSqd, kSqe, kErr };
 const char* qp_state_name(QpState s);
 
-// Numbered as enum ibv_qp_type.
-enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4 };
+// Numbered as enum ibv_qp_type. XRC (IBA 9.8.3): an initiator QP
+// (IBV_QPT_XRC_SEND) sends RC-style to any XRC SRQ behind its peer, a target
+// QP (IBV_QPT_XRC_RECV) executes what reaches it on the SRQ each request
+// names; the target has no send queue and no receive queue of its own.
+enum class QpType : uint8_t { kRc = 2, kUc = 3, kUd = 4, kXrcIni = 9, kXrcTgt = 10 };
 
 // Bits of enum ibv_qp_attr_mask.
 enum AttrMask : uint32_t {
@@ -186,13 +189,14 @@ struct AddressHandle {
 struct QpInit {
   uint32_t qpn = 0;
   QpType type = QpType::kRc;
-  uint32_t pd = 0;
+  uint32_t pd = 0;    // an XRC target QP has none: each request uses its SRQ's
+  uint32_t xrcd = 0;  // an XRC target QP's domain: the SRQs it may reach
   bool sq_sig_all = false;
   QpCaps caps;
   queue::Ring sq, rq;  // rq is unused when srq is set
   Srq* srq = nullptr;
-  cq::CqProducer* send_cq = nullptr;
-  cq::CqProducer* recv_cq = nullptr;
+  cq::CqProducer* send_cq = nullptr;  // nullptr for an XRC target QP
+  cq::CqProducer* recv_cq = nullptr;  // nullptr for XRC QPs (a target's are its SRQs')
   PortAddr port;
   // Where the QP publishes its state (enum ibv_qp_state) for the provider,
   // which decides from it whether work may be posted; nullptr: nowhere.
@@ -229,6 +233,12 @@ class Qp {
   const QpAttr& attr() const { return attr_; }
   const QpCaps& caps() const { return caps_; }
   Srq* srq() const { return srq_; }
+  // Acknowledged service: RC and both XRC ends (IBA 9.7).
+  bool reliable() const { return type_ == QpType::kRc || type_ == QpType::kXrcIni || type_ == QpType::kXrcTgt; }
+  // An XRC target QP: the SRQ the last request named (0: none yet), for its
+  // limit event; DropXrcSrq forgets an SRQ being destroyed (control path).
+  uint32_t xrc_srq_id() const { return xrc_srq_id_; }
+  void DropXrcSrq(const Srq* srq);
 
   // Control path (on the worker). Returns 0 or an errno (EINVAL).
   int Modify(const QpAttr& a, uint32_t mask);
@@ -305,6 +315,7 @@ class Qp {
     uint8_t syndrome = 0;    // ACK
     uint64_t va = 0;         // READ: next address (iova)
     uint32_t rkey = 0;
+    uint32_t pd = 0;         // READ: the PD its memory is checked against (XRC: its SRQ's)
     uint32_t remaining = 0;  // READ: bytes still to send
     bool first = true;       // READ: next packet is the first
     bool finished = false;   // READ: the last packet has been sent
@@ -339,6 +350,13 @@ class Qp {
   bool ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32_t len);
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
+  // XRC target: takes the SRQ, CQ and PD of the request's XRCETH; false (the
+  // QP failed with a NAK) if it names no SRQ of this QP's domain, or another
+  // SRQ than the message in progress.
+  bool SelectXrcSrq(const wire::PacketView& pkt);
+  // The XRC SRQ of this QP's domain that a request's XRCETH names; false if
+  // there is none.
+  bool FindXrcSrqOf(const wire::PacketView& pkt, XrcSrqRef* r);
   void OnUnreliableRequest(const wire::PacketView& pkt);
   void OnUdRequest(const wire::PacketView& pkt);
   bool TakeRecvWqe(bool* bad);
@@ -357,7 +375,7 @@ class Qp {
                     uint8_t opcode = queue::wc::kOpRecv);
   void ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t recv_status);
   // responder_rd.cc (READ and atomics)
-  void OnReadRequest(const wire::PacketView& pkt, bool duplicate);
+  void OnReadRequest(const wire::PacketView& pkt, bool duplicate, uint32_t pd);
   void OnAtomicRequest(const wire::PacketView& pkt, bool duplicate);
   bool SendResponses(unsigned* budget);
   bool BuildReadResponse(Response& r);
@@ -406,7 +424,10 @@ class Qp {
 
   uint32_t qpn_;
   QpType type_;
+  uint8_t op_base_;  // the transport's opcode bits: RC 0x00, UC 0x20, XRC 0xA0
   uint32_t pd_;
+  uint32_t xrcd_ = 0;
+  uint32_t xrc_srqn_ = 0, xrc_srq_id_ = 0;  // XRC target: the SRQ in use
   bool sq_sig_all_;
   QpCaps caps_;
   queue::Ring sq_, rq_;

@@ -24,25 +24,25 @@ bool is_write(queue::WqeOp op) {
 }
 bool is_local(queue::WqeOp op) { return op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv; }
 
-// The opcode of packet (first, last) of a WQE on a QP type.
-uint8_t request_opcode(QpType type, queue::WqeOp op, bool first, bool last) {
+// The opcode of packet (first, last) of a WQE on a QP whose transport's
+// opcodes start at `base` (RC 0x00, UC 0x20, XRC 0xA0).
+uint8_t request_opcode(uint8_t base, queue::WqeOp op, bool first, bool last) {
   using namespace wire;
-  const uint8_t base = type == QpType::kUc ? 0x20 : 0x00;
   switch (op) {
     case queue::WqeOp::kSend:
       return base + (first && last ? kRcSendOnly : first ? kRcSendFirst : last ? kRcSendLast : kRcSendMiddle);
     case queue::WqeOp::kSendImm:
       return base + (first && last ? kRcSendOnlyImm : first ? kRcSendFirst : last ? kRcSendLastImm : kRcSendMiddle);
     case queue::WqeOp::kSendInv:
-      return first && last ? kRcSendOnlyInv : first ? kRcSendFirst : last ? kRcSendLastInv : kRcSendMiddle;
+      return base + (first && last ? kRcSendOnlyInv : first ? kRcSendFirst : last ? kRcSendLastInv : kRcSendMiddle);
     case queue::WqeOp::kWrite:
       return base + (first && last ? kRcWriteOnly : first ? kRcWriteFirst : last ? kRcWriteLast : kRcWriteMiddle);
     case queue::WqeOp::kWriteImm:
       return base + (first && last ? kRcWriteOnlyImm : first ? kRcWriteFirst : last ? kRcWriteLastImm : kRcWriteMiddle);
-    case queue::WqeOp::kRead: return kRcReadRequest;
-    case queue::WqeOp::kCmpSwap: return kRcCompareSwap;
-    case queue::WqeOp::kFetchAdd: return kRcFetchAdd;
-    case queue::WqeOp::kAtomicWrite: return kRcAtomicWrite;
+    case queue::WqeOp::kRead: return base + kRcReadRequest;
+    case queue::WqeOp::kCmpSwap: return base + kRcCompareSwap;
+    case queue::WqeOp::kFetchAdd: return base + kRcFetchAdd;
+    case queue::WqeOp::kAtomicWrite: return kRcAtomicWrite;  // RC only
     default: return 0xFF;
   }
 }
@@ -66,6 +66,14 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
     case QpType::kUd:
       op_ok = w.op == queue::WqeOp::kSend || w.op == queue::WqeOp::kSendImm;
       break;
+    case QpType::kXrcIni:
+      // RC's operations; ATOMIC WRITE is defined for RC (and RD) only.
+      op_ok = w.op <= queue::WqeOp::kAtomicWrite && w.op != queue::WqeOp::kAtomicWrite;
+      // The XRC SRQ behind the peer (XRCETH), 24 bits.
+      ctx.remote_qpn = w.remote_qpn & 0xFFFFFF;
+      break;
+    case QpType::kXrcTgt:
+      break;  // no send queue
   }
   if (!op_ok) return queue::wc::kLocQpOpErr;
   if (is_local(w.op)) {
@@ -192,7 +200,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   const bool last = rd || pkt + 1 == ctx.npkts;
   const uint8_t opcode = type_ == QpType::kUd
                              ? static_cast<uint8_t>(op == queue::WqeOp::kSendImm ? wire::kUdSendOnlyImm : wire::kUdSendOnly)
-                             : request_opcode(type_, op, first, last);
+                             : request_opcode(op_base_, op, first, last);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const uint32_t offset = pkt * mtu;
   const uint32_t len = rd ? 0 : (last ? ctx.total_len - offset : mtu);
@@ -217,8 +225,8 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.pad = static_cast<uint8_t>(pad);
   b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
-  b.ackreq = type_ == QpType::kRc && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
-  if (type_ == QpType::kRc && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
+  b.ackreq = reliable() && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
+  if (reliable() && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
     // Paced, 64 packets can take longer than the local ACK timeout (at
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at
     // least every quarter of the timeout as well, or the requester would
@@ -229,6 +237,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
     }
   }
   wire::write_bth(bth, b);
+  if (info.xrceth) wire::store_be32(bth + info.xrceth, ctx.remote_qpn);  // XRCETH: reserved byte, SRQ number
   if (info.reth) {
     // A READ resent after lost responses asks only for what is missing.
     wire::write_reth(bth + info.reth, {ctx.wqe.remote_addr + offset, ctx.wqe.rkey, ctx.total_len - offset});
@@ -297,7 +306,7 @@ bool Qp::ExecuteLocalOp(SendCtx& ctx) {
   ctx.first_psn = next_psn_;
   ctx.done = true;
   ++sq_send_;
-  if (type_ != QpType::kRc || sq_comp_ + 1 == sq_send_) {
+  if (!reliable() || sq_comp_ + 1 == sq_send_) {
     // Nothing before it is outstanding: complete it now.
     if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
   }
@@ -310,7 +319,7 @@ bool Qp::ExecuteLocalOp(SendCtx& ctx) {
 // lost (timeout 0 means wait forever, as for ACKs).
 bool Qp::WaitForNeighbor() {
   const bool has_work = sq_send_ != sq_fetched_ || sq_fetched_ != sq_.load_prod_acquire();
-  if (!has_work || type_ != QpType::kRc || attr_.timeout == 0) return has_work;
+  if (!has_work || !reliable() || attr_.timeout == 0) return has_work;
   const uint64_t now = env_->NowNs();
   if (resolving_since_ns_ == 0) {
     resolving_since_ns_ = now;
@@ -367,7 +376,7 @@ bool Qp::PollSend(unsigned budget) {
   }
   unsigned sent = 0;
   while (sent < budget) {
-    if (type_ == QpType::kRc &&
+    if (reliable() &&
         wire::psn_diff(next_psn_, unacked_psn_) >= static_cast<int32_t>(kMaxInflightPkts)) {
       return more;  // the window reopens on an ACK
     }
@@ -382,7 +391,7 @@ bool Qp::PollSend(unsigned budget) {
       continue;
     }
     const bool rd = is_read(op) || is_atomic(op);
-    if (send_pkt_ == 0 && type_ == QpType::kRc) {
+    if (send_pkt_ == 0 && reliable()) {
       // Fence (IBA 10.8.3.3): wait until every earlier WQE has completed.
       if ((ctx.wqe.flags & queue::kWqeFence) && sq_comp_ != sq_send_) return more;
       // max_rd_atomic bounds outstanding READ/atomic requests (0 acts as 1).
@@ -427,7 +436,7 @@ bool Qp::PollSend(unsigned budget) {
     if (++send_pkt_ == ctx.npkts) {
       send_pkt_ = 0;
       ++sq_send_;
-      if (type_ != QpType::kRc) {
+      if (!reliable()) {
         unacked_psn_ = next_psn_;
         CompleteUnreliable(ctx);
         if (attr_.state == QpState::kErr) return false;

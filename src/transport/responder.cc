@@ -21,6 +21,8 @@ void Qp::OnPacket(const wire::PacketView& pkt) {
       case QpType::kRc: OnRequest(pkt); break;
       case QpType::kUc: OnUnreliableRequest(pkt); break;
       case QpType::kUd: OnUdRequest(pkt); break;
+      case QpType::kXrcTgt: OnRequest(pkt); break;
+      case QpType::kXrcIni: Count(QpCounter::malformed_pkts); break;  // it only sends
     }
   } else {
     Count(QpCounter::malformed_pkts);  // e.g. a CNP: congestion control comes later
@@ -179,13 +181,45 @@ void Qp::ResponderFatal(const wire::PacketView& pkt, wire::NakCode code, uint8_t
   EnterError();
 }
 
+bool Qp::FindXrcSrqOf(const wire::PacketView& pkt, XrcSrqRef* r) {
+  const uint32_t srqn = wire::load_be32(pkt.ext(pkt.info->xrceth)) & 0xFFFFFF;
+  return env_->FindXrcSrq(srqn, r) && r->xrcd == xrcd_;
+}
+
+bool Qp::SelectXrcSrq(const wire::PacketView& pkt) {
+  const uint32_t srqn = wire::load_be32(pkt.ext(pkt.info->xrceth)) & 0xFFFFFF;
+  // Looked up on every request: an SRQ may go between two packets (the
+  // control path drops it from this QP first: DropXrcSrq).
+  XrcSrqRef r;
+  const bool found = FindXrcSrqOf(pkt, &r);
+  // A message continues on the SRQ it started on (its receive WQE is that
+  // SRQ's).
+  const bool switched = (in_send_message_ || in_write_message_) && srqn != xrc_srqn_;
+  if (!found || switched) {
+    // IBA 9.8.3: an XRCETH naming no SRQ of the target's domain is an
+    // invalid request (class C): NAK, error. The WQE in progress, if any,
+    // completes in error on its own SRQ's CQ.
+    Count(QpCounter::xrc_bad_srqn);
+    if (recv_.active && recv_cq_ == nullptr) recv_.active = false;
+    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+    return false;
+  }
+  srq_ = r.srq;
+  recv_cq_ = r.cq;
+  pd_ = r.pd;
+  xrc_srqn_ = srqn;
+  xrc_srq_id_ = r.id;
+  return true;
+}
+
 void Qp::OnRequest(const wire::PacketView& pkt) {
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
     Count(QpCounter::qp_state_drop);
     return;
   }
-  const uint8_t op = pkt.bth.opcode;
-  if ((op >> 5) != 0) {  // not an RC opcode on an RC QP (IBA 9.6.1.1.2)
+  // Only its transport's opcodes reach a QP (IBA 9.6.1.1.2): RC on RC, XRC
+  // on an XRC target.
+  if (wire::opcode_transport(pkt.bth.opcode) != wire::opcode_transport(op_base_)) {
     Count(QpCounter::malformed_pkts);
     return;
   }
@@ -205,11 +239,20 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     // A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays
     // its saved result, anything else is acknowledged without executing.
     Count(QpCounter::duplicate_request);
-    if (mask & wire::kMaskRead) OnReadRequest(pkt, true);
+    if (mask & wire::kMaskRead) {
+      // An XRC READ is executed again on the PD of the SRQ it names, which
+      // need not be the message in progress's (nor exist any more).
+      XrcSrqRef r;
+      if (type_ != QpType::kXrcTgt) OnReadRequest(pkt, true, pd_);
+      else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
+    }
     else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
     else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
     return;
   }
+  // The expected request: an XRC target takes the SRQ it names (not
+  // before: duplicates and requests past a gap name SRQs of other messages).
+  if (type_ == QpType::kXrcTgt && !SelectXrcSrq(pkt)) return;
   nak_sent_ = false;
   if (attr_.state == QpState::kRtr && !comm_est_raised_) {
     comm_est_raised_ = true;  // once: the first request received in RTR (IBA 11.6.3)
@@ -224,7 +267,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     return;
   }
   if (mask & wire::kMaskRead) {
-    OnReadRequest(pkt, false);
+    OnReadRequest(pkt, false, pd_);
     return;
   }
   if (mask & wire::kMaskAtomic) {

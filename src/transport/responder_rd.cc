@@ -10,12 +10,12 @@
 
 namespace droce::transport {
 
-void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
+void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate, uint32_t pd) {
   const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
   const uint32_t mtu = mtu_bytes(attr_.path_mtu);
   const uint32_t npkts = reth.dma_len == 0 ? 1 : (reth.dma_len + mtu - 1) / mtu;
   if (reth.dma_len != 0 &&
-      env_->Mrs().Check(reth.rkey, pd_, reth.va, reth.dma_len, mem::kRemoteRead) != mem::AccessError::kOk) {
+      env_->Mrs().Check(reth.rkey, pd, reth.va, reth.dma_len, mem::kRemoteRead) != mem::AccessError::kOk) {
     if (!duplicate) ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
     return;
   }
@@ -35,6 +35,7 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate) {
   r.msn = msn_;
   r.va = reth.va;
   r.rkey = reth.rkey;
+  r.pd = pd;
   r.remaining = reth.dma_len;
   r.dmac = pkt.smac;
   r.dgid = pkt.sip6;
@@ -70,7 +71,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
       Count(QpCounter::tx_dropped);
       return;
     }
-    if (!mem::Atomic(place, pkt.bth.opcode == wire::kRcCompareSwap, a.compare, a.swap_add, &orig)) {
+    if (!mem::Atomic(place, wire::opcode_operation(pkt.bth.opcode) == wire::kRcCompareSwap, a.compare, a.swap_add, &orig)) {
       ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
       return;
     }
@@ -95,7 +96,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
 // ACKNOWLEDGE carrying the original value.
 bool Qp::BuildAck(const Response& r) {
   const bool atomic = r.kind == Response::kAtomicAck;
-  const uint8_t opcode = atomic ? wire::kRcAtomicAck : wire::kRcAck;
+  const uint8_t opcode = op_base_ | (atomic ? wire::kRcAtomicAck : wire::kRcAck);
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   const uint32_t roce_len = info.length + wire::kIcrcLen;
   const wire::Path path = PathTo(r.dmac, r.dgid, attr_.av);
@@ -125,6 +126,7 @@ bool Qp::BuildReadResponse(Response& r) {
   else if (r.first) opcode = wire::kRcReadResponseFirst;
   else if (last) opcode = wire::kRcReadResponseLast;
   else opcode = wire::kRcReadResponseMiddle;
+  opcode |= op_base_;
   const wire::OpcodeInfo& info = wire::opcode_info(opcode);
   mem::Place place;
   // Checked per packet: the MR may be deregistered while the READ runs.
@@ -132,7 +134,7 @@ bool Qp::BuildReadResponse(Response& r) {
   // is taken, so that a failed read becomes the same NAK.
   thread_local std::vector<uint8_t> remote;
   const uint8_t* src = nullptr;
-  bool bad = len != 0 && env_->Mrs().Check(r.rkey, pd_, r.va, len, mem::kRemoteRead, &place) != mem::AccessError::kOk;
+  bool bad = len != 0 && env_->Mrs().Check(r.rkey, r.pd, r.va, len, mem::kRemoteRead, &place) != mem::AccessError::kOk;
   if (!bad && len != 0) {
     if (place.pid == 0) {
       src = place.host;

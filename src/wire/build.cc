@@ -8,6 +8,8 @@ unsigned write_transport_headers(uint8_t* p, const TransportHeaders& h) {
   const OpcodeInfo& info = opcode_info(h.bth.opcode);
   if (info.name == nullptr) return 0;
   write_bth(p, h.bth);
+  // XRCETH (IBA 9.3.4): 8 reserved bits, then the XRC SRQ number.
+  if (info.mask & kMaskXrceth) store_be32(p + info.xrceth, h.xrc_srqn & 0xFFFFFF);
   if (info.mask & kMaskDeth) write_deth(p + info.deth, h.deth);
   if (info.mask & kMaskReth) write_reth(p + info.reth, h.reth);
   if (info.mask & kMaskAtomicEth) write_atomic_eth(p + info.atomic_eth, h.atomic_eth);
@@ -23,6 +25,7 @@ unsigned write_transport_headers(uint8_t* p, const TransportHeaders& h) {
 TransportHeaders read_transport_headers(const uint8_t* p, const OpcodeInfo& info) {
   TransportHeaders h;
   h.bth = read_bth(p);
+  if (info.mask & kMaskXrceth) h.xrc_srqn = load_be32(p + info.xrceth) & 0xFFFFFF;
   if (info.mask & kMaskDeth) h.deth = read_deth(p + info.deth);
   if (info.mask & kMaskReth) h.reth = read_reth(p + info.reth);
   if (info.mask & kMaskAtomicEth) h.atomic_eth = read_atomic_eth(p + info.atomic_eth);

@@ -27,6 +27,7 @@ struct TransportHeaders {
   AtomicAckEth atomic_ack_eth;
   uint32_t imm = 0;        // ImmDt, as the big-endian value on the wire
   uint32_t ieth_rkey = 0;  // IETH
+  uint32_t xrc_srqn = 0;   // XRCETH: the responder's XRC SRQ (24 bits)
 };
 
 // Writes the BTH and the extended headers of h.bth.opcode at the table's

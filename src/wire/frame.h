@@ -31,9 +31,10 @@ inline constexpr unsigned kRoceV4HeadLen = kEthLen + kIpv4Len + kUdpLen;
 // Bytes in front of the BTH in an untagged RoCEv2/IPv6 frame.
 inline constexpr unsigned kRoceV6HeadLen = kEthLen + kIpv6Len + kUdpLen;
 // The longest header stack in front of a payload: Ethernet, one VLAN tag,
-// IPv6, UDP and the longest transport header (an atomic request: BTH and
-// AtomicETH). A segmented parse needs this many bytes contiguous.
-inline constexpr unsigned kMaxRoceHeadLen = kEthLen + kVlanLen + kIpv6Len + kUdpLen + kBthLen + kAtomicEthLen;
+// IPv6, UDP and the longest transport header (an XRC atomic request: BTH,
+// XRCETH and AtomicETH). A segmented parse needs this many bytes contiguous.
+inline constexpr unsigned kMaxRoceHeadLen =
+    kEthLen + kVlanLen + kIpv6Len + kUdpLen + kBthLen + kXrcEthLen + kAtomicEthLen;
 
 using MacAddr = std::array<uint8_t, 6>;
 // An IPv6 address or a GID (a RoCEv2 GID is the IPv6 address; IPv4 uses the

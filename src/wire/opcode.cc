@@ -11,11 +11,12 @@ struct Entry {
   uint32_t mask;
 };
 
-// Header order after the BTH (IBA 9.2): DETH, RETH, AtomicETH, AETH,
-// AtomicAckETH, ImmDt, IETH, payload.
+// Header order after the BTH (IBA 9.2): XRCETH, DETH, RETH, AtomicETH,
+// AETH, AtomicAckETH, ImmDt, IETH, payload.
 constexpr OpcodeInfo make(const char* name, uint32_t mask) {
-  OpcodeInfo i{name, mask, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  OpcodeInfo i{name, mask, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   unsigned off = kBthLen;
+  if (mask & kMaskXrceth) { i.xrceth = static_cast<uint8_t>(off); off += kXrcEthLen; }
   if (mask & kMaskDeth) { i.deth = static_cast<uint8_t>(off); off += kDethLen; }
   if (mask & kMaskReth) { i.reth = static_cast<uint8_t>(off); off += kRethLen; }
   if (mask & kMaskAtomicEth) { i.atomic_eth = static_cast<uint8_t>(off); off += kAtomicEthLen; }
@@ -79,9 +80,44 @@ constexpr Entry kEntries[] = {
     {kCnp, "CNP", kMaskCnp},
 };
 
+// XRC (IBA 9.2 table 35, transport 101b): every RC operation but ATOMIC
+// WRITE (IBA 1.5 defines it for RC and RD only), named as Wireshark names
+// them; requests gain the XRCETH.
+constexpr Entry kXrcEntries[] = {
+    {kXrcBase | kRcSendFirst, "XRC_SEND_FIRST", 0},
+    {kXrcBase | kRcSendMiddle, "XRC_SEND_MIDDLE", 0},
+    {kXrcBase | kRcSendLast, "XRC_SEND_LAST", 0},
+    {kXrcBase | kRcSendLastImm, "XRC_SEND_LAST_WITH_IMMEDIATE", 0},
+    {kXrcBase | kRcSendOnly, "XRC_SEND_ONLY", 0},
+    {kXrcBase | kRcSendOnlyImm, "XRC_SEND_ONLY_WITH_IMMEDIATE", 0},
+    {kXrcBase | kRcWriteFirst, "XRC_RDMA_WRITE_FIRST", 0},
+    {kXrcBase | kRcWriteMiddle, "XRC_RDMA_WRITE_MIDDLE", 0},
+    {kXrcBase | kRcWriteLast, "XRC_RDMA_WRITE_LAST", 0},
+    {kXrcBase | kRcWriteLastImm, "XRC_RDMA_WRITE_LAST_WITH_IMMEDIATE", 0},
+    {kXrcBase | kRcWriteOnly, "XRC_RDMA_WRITE_ONLY", 0},
+    {kXrcBase | kRcWriteOnlyImm, "XRC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", 0},
+    {kXrcBase | kRcReadRequest, "XRC_RDMA_READ_REQUEST", 0},
+    {kXrcBase | kRcReadResponseFirst, "XRC_RDMA_READ_RESPONSE_FIRST", 0},
+    {kXrcBase | kRcReadResponseMiddle, "XRC_RDMA_READ_RESPONSE_MIDDLE", 0},
+    {kXrcBase | kRcReadResponseLast, "XRC_RDMA_READ_RESPONSE_LAST", 0},
+    {kXrcBase | kRcReadResponseOnly, "XRC_RDMA_READ_RESPONSE_ONLY", 0},
+    {kXrcBase | kRcAck, "XRC_ACKNOWLEDGE", 0},
+    {kXrcBase | kRcAtomicAck, "XRC_ATOMIC_ACKNOWLEDGE", 0},
+    {kXrcBase | kRcCompareSwap, "XRC_COMPARE_SWAP", 0},
+    {kXrcBase | kRcFetchAdd, "XRC_FETCH_ADD", 0},
+    {kXrcBase | kRcSendLastInv, "XRC_SEND_LAST_WITH_INVALIDATE", 0},
+    {kXrcBase | kRcSendOnlyInv, "XRC_SEND_ONLY_WITH_INVALIDATE", 0},
+};
+
 constexpr std::array<OpcodeInfo, 256> build_table() {
   std::array<OpcodeInfo, 256> t{};
   for (const Entry& e : kEntries) t[e.op] = make(e.name, e.mask);
+  // An XRC opcode has its RC twin's headers, plus the XRCETH on requests.
+  for (const Entry& e : kXrcEntries) {
+    uint32_t mask = t[e.op & 0x1F].mask;
+    if (mask & kMaskRequest) mask |= kMaskXrceth;
+    t[e.op] = make(e.name, mask);
+  }
   // RoCEv2 annex A17.9.4: a CNP's BTH is followed by 16 reserved bytes.
   t[kCnp].length = static_cast<uint8_t>(t[kCnp].length + kCnpPayloadLen);
   t[kCnp].payload = t[kCnp].length;
@@ -94,6 +130,10 @@ static_assert(kTable[kRcWriteOnlyImm].reth == 12 && kTable[kRcWriteOnlyImm].immd
 static_assert(kTable[kRcAtomicAck].aeth == 12 && kTable[kRcAtomicAck].atomic_ack_eth == 16);
 static_assert(kTable[kUdSendOnlyImm].deth == 12 && kTable[kUdSendOnlyImm].length == 24);
 static_assert(kTable[kRcAtomicWrite].reth == 12 && kTable[kRcAtomicWrite].payload == 28);
+static_assert(kTable[kXrcBase | kRcWriteOnlyImm].xrceth == 12 && kTable[kXrcBase | kRcWriteOnlyImm].reth == 16 &&
+              kTable[kXrcBase | kRcWriteOnlyImm].immdt == 32);
+static_assert(kTable[kXrcBase | kRcCompareSwap].atomic_eth == 16 && kTable[kXrcBase | kRcCompareSwap].length == 44);
+static_assert(kTable[kXrcBase | kRcAck].xrceth == 0 && kTable[kXrcBase | kRcAck].aeth == 12);
 
 }  // namespace
 

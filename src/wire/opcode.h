@@ -15,6 +15,7 @@ inline constexpr unsigned kAtomicAckEthLen = 8;
 inline constexpr unsigned kDethLen = 8;
 inline constexpr unsigned kImmDtLen = 4;
 inline constexpr unsigned kIethLen = 4;
+inline constexpr unsigned kXrcEthLen = 4;
 inline constexpr unsigned kIcrcLen = 4;
 inline constexpr unsigned kCnpPayloadLen = 16;
 
@@ -57,6 +58,10 @@ enum Opcode : uint8_t {
   kUcWriteLastImm = 0x29,
   kUcWriteOnly = 0x2A,
   kUcWriteOnlyImm = 0x2B,
+  // XRC (IBA 9.2, transport 101b): the RC opcodes | 0xA0; every request
+  // carries an XRCETH (the responder's XRC SRQ) right after the BTH,
+  // responses (ACK, READ responses, atomic ACK) carry none.
+  kXrcBase = 0xA0,
   kUdSendOnly = 0x64,
   kUdSendOnlyImm = 0x65,
   kCnp = 0x81,
@@ -84,6 +89,7 @@ enum OpcodeMask : uint32_t {
   kMaskResponse = 1u << 17,  // responder → requester (ACKs, read responses)
   kMaskCnp = 1u << 18,
   kMaskAtomicWrite = 1u << 19,  // with kMaskWrite: the 8 bytes are stored atomically
+  kMaskXrceth = 1u << 20,       // an XRC request: XRCETH after the BTH
   kMaskOnly = kMaskFirst | kMaskLast,
 };
 
@@ -92,7 +98,7 @@ struct OpcodeInfo {
   uint32_t mask;
   uint8_t length;  // BTH plus every extended header, in bytes
   // Offsets from the start of the BTH; 0 when the header is absent.
-  uint8_t reth, aeth, atomic_eth, atomic_ack_eth, deth, immdt, ieth;
+  uint8_t reth, aeth, atomic_eth, atomic_ack_eth, deth, immdt, ieth, xrceth;
   uint8_t payload;  // offset of the payload (== length)
 };
 
@@ -100,5 +106,12 @@ struct OpcodeInfo {
 const OpcodeInfo& opcode_info(uint8_t opcode);
 
 inline bool opcode_known(uint8_t opcode) { return opcode_info(opcode).name != nullptr; }
+
+// The transport of an opcode (its top 3 bits, IBA 9.2): 0 RC, 1 UC, 2 RD,
+// 3 UD, 4 CNP, 5 XRC. The low 5 bits name the operation, the same for RC,
+// UC and XRC (an XRC opcode & 0x1F is its RC twin).
+inline uint8_t opcode_transport(uint8_t opcode) { return opcode >> 5; }
+inline constexpr uint8_t kTransportRc = 0, kTransportUc = 1, kTransportUd = 3, kTransportXrc = 5;
+inline uint8_t opcode_operation(uint8_t opcode) { return opcode & 0x1F; }
 
 }  // namespace droce::wire

@@ -46,7 +46,6 @@ known=(
   "^Extended CQ is not supported$"
   # droce's gaps (docs/FEATURES.md, "rdma-core's pyverbs suite")
   "ODP implicit is not supported"
-  "Create XRCD is not supported"
   "All gid indices populated, cannot check bad flow"
 )
 # Embedded mode only: the rdma_cm tests fork a passive and an active

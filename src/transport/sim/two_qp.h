@@ -208,10 +208,17 @@ class SimEnv : public TransportEnv {
     auto it = ahs.find(id);
     return it == ahs.end() ? nullptr : &it->second;
   }
+  bool FindXrcSrq(uint32_t srqn, XrcSrqRef* out) override {
+    auto it = xrc_srqs.find(srqn);
+    if (it == xrc_srqs.end()) return false;
+    *out = it->second;
+    return true;
+  }
   Counters& Stats() override { return stats; }
 
   bool resolvable = true;  // false: the destination never answers ARP
   std::map<uint32_t, AddressHandle> ahs;
+  std::map<uint32_t, XrcSrqRef> xrc_srqs;  // XRC SRQs by number (a target's domain)
   mem::MrTable mrs;
   Counters stats;
 
@@ -261,6 +268,7 @@ struct SimQp {
   wire::Ipv6Addr ip6{};  // with has_ip6: the port's GID index 1
   bool has_ip6 = false;
   uint32_t rate_kbps = 0;  // QpInit::rate_kbps (DROCE_RATE), set before Init
+  uint32_t xrcd = 0;       // an XRC target's domain, set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
 
   void Init(SimLink* link, uint32_t qpn, uint32_t ip_addr, uint32_t depth, uint32_t cq_depth,
@@ -296,6 +304,15 @@ struct SimQp {
     init.port.has_ip6 = has_ip6;
     init.port.ip6 = ip6;
     init.rate_kbps = rate_kbps;
+    if (type == QpType::kXrcTgt) {
+      // No PD, queues or CQs of its own: each request names an SRQ
+      // (env->xrc_srqs) that brings them.
+      init.pd = 0;
+      init.xrcd = xrcd;
+      init.send_cq = init.recv_cq = nullptr;
+    } else if (type == QpType::kXrcIni) {
+      init.recv_cq = nullptr;
+    }
     qp = std::make_unique<Qp>(init, env.get());
     buf.resize(buf_len);  // contents are the caller's business
     key = env->mrs.Register(kSimPd, Addr(0), Addr(0), buf.size(), kSimAccess)->key;
@@ -351,7 +368,7 @@ struct SimQp {
       a.dest_qpn = peer.qp->qpn();
       a.rq_psn = o.psn;
       mask |= kAttrAv | kAttrPathMtu | kAttrDestQpn | kAttrRqPsn;
-      if (type == QpType::kRc) {
+      if (type == QpType::kRc || type == QpType::kXrcTgt) {  // a responder
         a.max_dest_rd_atomic = o.max_dest_rd_atomic;
         a.min_rnr_timer = o.min_rnr_timer;
         mask |= kAttrMaxDestRdAtomic | kAttrMinRnrTimer;
@@ -361,7 +378,11 @@ struct SimQp {
     a.state = QpState::kRts;
     a.sq_psn = o.psn;
     mask = kAttrState | kAttrSqPsn;
-    if (type == QpType::kRc) {
+    if (type == QpType::kXrcTgt) {
+      a.timeout = o.timeout;  // required, as ib_modify_qp_is_ok has it
+      mask |= kAttrTimeout;
+    }
+    if (type == QpType::kRc || type == QpType::kXrcIni) {  // a requester
       a.timeout = o.timeout;
       a.retry_cnt = o.retry_cnt;
       a.rnr_retry = o.rnr_retry;
