@@ -4,6 +4,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,7 @@
 #include "provider.h"
 #include "sessions.h"
 #include "sysfs_view.h"
+#include "system_verbs.h"
 
 using droce::provider::Context;
 using droce::provider::ContextState;
@@ -275,6 +277,31 @@ bool sysfs_attr(int index, std::string_view file, std::string* value) {
 }
 
 bool context_is_ours(ibv_context* c) { return is_ours(c); }
+bool device_is_ours(ibv_device* d) { return device_index(d) >= 0; }
+
+namespace {
+thread_local bool system_scan = false;
+}  // namespace
+
+bool in_system_scan() { return system_scan; }
+
+ibv_device** system_device_list(int* n) {
+  *n = 0;
+  auto* list_fn = REAL(ibv_get_device_list);
+  if (list_fn == nullptr) return nullptr;
+  const int saved = errno;
+  system_scan = true;
+  int count = 0;
+  ibv_device** sys = list_fn(&count);
+  system_scan = false;
+  errno = saved;
+  if (sys == nullptr || count <= 0) {
+    if (sys != nullptr) REAL(ibv_free_device_list)(sys);
+    return nullptr;
+  }
+  *n = count;
+  return sys;
+}
 ibv_qp* create_qp_ex_impl(ibv_context* c, ibv_qp_init_attr_ex* attr);
 ibv_cq_ex* create_cq_ex_impl(ibv_context* c, ibv_cq_init_attr_ex* attr);
 int modify_qp_rate_limit(ibv_qp* qp, ibv_qp_rate_limit_attr* attr);
@@ -332,23 +359,44 @@ ibv_device** ibv_get_device_list(int* num_devices) {
     return nullptr;
   }
   const int n = std::min(droce::provider::device_count(), kMaxDevices);
-  auto** list = static_cast<ibv_device**>(calloc(n + 1, sizeof(ibv_device*)));
+  // The system library's devices (kernel RDMA devices) follow droce's. The
+  // system list itself is kept after the terminating null, for
+  // ibv_free_device_list to give back.
+  int nsys = 0;
+  ibv_device** sys = droce::provider::system_device_list(&nsys);
+  auto** list = static_cast<ibv_device**>(calloc(n + nsys + 2, sizeof(ibv_device*)));
   if (list == nullptr) {
+    if (sys != nullptr) REAL(ibv_free_device_list)(sys);
     errno = ENOMEM;
     return nullptr;
   }
   for (int i = 0; i < n; ++i) list[i] = device_at(i);
-  if (num_devices) *num_devices = n;
+  for (int i = 0; i < nsys; ++i) list[n + i] = sys[i];
+  list[n + nsys + 1] = reinterpret_cast<ibv_device*>(sys);
+  if (num_devices) *num_devices = n + nsys;
   return list;
 }
 
-void ibv_free_device_list(ibv_device** list) { free(list); }
+void ibv_free_device_list(ibv_device** list) {
+  if (list == nullptr) return;
+  size_t end = 0;
+  while (list[end] != nullptr) ++end;
+  if (auto* sys = reinterpret_cast<ibv_device**>(list[end + 1]); sys != nullptr) REAL(ibv_free_device_list)(sys);
+  free(list);
+}
 
-const char* ibv_get_device_name(ibv_device* device) { return device ? device->name : nullptr; }
+const char* ibv_get_device_name(ibv_device* device) {
+  DROCE_FORWARD_FOREIGN_DEVICE(device, ibv_get_device_name, device);
+  return device ? device->name : nullptr;
+}
 
-int ibv_get_device_index(ibv_device* device) { return device_index(device); }
+int ibv_get_device_index(ibv_device* device) {
+  DROCE_FORWARD_FOREIGN_DEVICE(device, ibv_get_device_index, device);
+  return device_index(device);
+}
 
 __be64 ibv_get_device_guid(ibv_device* device) {
+  DROCE_FORWARD_FOREIGN_DEVICE(device, ibv_get_device_guid, device);
   const int index = device_index(device);
   if (index < 0) return 0;
   auto dev = droce::provider::session_for(index);
@@ -410,6 +458,7 @@ ibv_context* open_context(ibv_device* device, int cmd_fd, bool close_on_failure)
 }  // namespace
 
 ibv_context* ibv_open_device(ibv_device* device) {
+  DROCE_FORWARD_FOREIGN_DEVICE(device, ibv_open_device, device);
   // A real descriptor, as a kernel context has (programs dup it to import
   // the device: ibv_import_device), but one that takes no command (a
   // libibverbs path droce does not interpose fails instead of reading a
@@ -499,6 +548,12 @@ ibv_context* ibv_import_device(int fd) {
     if (auto it = cmd_fds().find(id); it != cmd_fds().end()) device = it->second.device;
   }
   if (device == nullptr) {
+    // A kernel context's command fd (a uverbs character device, major 231)
+    // is the system library's to import.
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 231) {
+      if (auto* import_fn = REAL(ibv_import_device); import_fn != nullptr) return import_fn(fd);
+    }
     errno = EOPNOTSUPP;
     return nullptr;
   }
@@ -506,6 +561,7 @@ ibv_context* ibv_import_device(int fd) {
 }
 
 int ibv_close_device(ibv_context* context) {
+  DROCE_FORWARD_FOREIGN(context, ibv_close_device, context);
   if (!is_ours(context)) return EINVAL;
   Context* ctx = to_ctx(context);
   if (stats_enabled()) print_device_counters(context);
@@ -520,6 +576,7 @@ int ibv_close_device(ibv_context* context) {
 }
 
 int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  DROCE_FORWARD_FOREIGN(context, ibv_query_device, context, attr);
   if (!is_ours(context) || attr == nullptr) return EINVAL;
   fill_device_attr(to_ctx(context)->s->engine->port(), attr);
   return 0;
@@ -527,10 +584,12 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
 
 // The exported symbol behind the ibv_query_port() macro's fallback path.
 int (ibv_query_port)(ibv_context* context, uint8_t port_num, struct _compat_ibv_port_attr* attr) {
+  DROCE_FORWARD_FOREIGN(context, ibv_query_port, context, port_num, attr);
   return query_port_ex(context, port_num, reinterpret_cast<ibv_port_attr*>(attr), sizeof(ibv_port_attr));
 }
 
 int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_gid* gid) {
+  DROCE_FORWARD_FOREIGN(context, ibv_query_gid, context, port_num, index, gid);
   if (!is_ours(context) || port_num != 1 || index < 0 || gid == nullptr) return -1;
   const uint8_t* g = port_gid(to_ctx(context)->s->engine->port(), static_cast<unsigned>(index));
   if (g == nullptr) return -1;
@@ -540,6 +599,7 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, union ibv_g
 
 int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
                       ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  DROCE_FORWARD_FOREIGN(context, _ibv_query_gid_ex, context, port_num, gid_index, entry, flags, entry_size);
   if (!is_ours(context) || flags != 0 || entry == nullptr) return EINVAL;
   if (port_num != 1) return EINVAL;
   const uint8_t* g = port_gid(to_ctx(context)->s->engine->port(), gid_index);
@@ -558,6 +618,7 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
 // own implementation answers).
 ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
                              uint32_t flags, size_t entry_size) {
+  DROCE_FORWARD_FOREIGN(context, _ibv_query_gid_table, context, entries, max_entries, flags, entry_size);
   if (!is_ours(context) || flags != 0 || entries == nullptr) return -EINVAL;
   const unsigned n = to_ctx(context)->s->engine->port().gid_count;
   if (max_entries < n) return -EINVAL;
@@ -571,6 +632,7 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
 // rdma-core's private ibv_query_gid_type (IBVERBS_PRIVATE_*), which
 // ibv_devinfo imports; 1 is IBV_GID_TYPE_SYSFS_ROCE_V2.
 int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+  DROCE_FORWARD_FOREIGN(context, ibv_query_gid_type, context, port_num, index, type);
   if (!is_ours(context) || port_num != 1 || type == nullptr ||
       port_gid(to_ctx(context)->s->engine->port(), index) == nullptr) {
     errno = EINVAL;
@@ -581,12 +643,14 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
 }
 
 int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  DROCE_FORWARD_FOREIGN(context, ibv_query_pkey, context, port_num, index, pkey);
   if (!is_ours(context) || port_num != 1 || index != 0 || pkey == nullptr) return -1;
   *pkey = htobe16(0xFFFF);
   return 0;
 }
 
 int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  DROCE_FORWARD_FOREIGN(context, ibv_get_pkey_index, context, port_num, pkey);
   if (!is_ours(context) || port_num != 1) return -1;
   return (be16toh(pkey) & 0x7FFF) == 0x7FFF ? 0 : -1;
 }
@@ -609,9 +673,16 @@ int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t siz
   return static_cast<int>(len);
 }
 
-const char* ibv_get_sysfs_path(void) { return sysfs_root(); }
+const char* ibv_get_sysfs_path(void) {
+  // The system library scanning for its own devices sees the real tree.
+  if (droce::provider::in_system_scan()) {
+    if (auto* real_fn = REAL(ibv_get_sysfs_path); real_fn != nullptr) return real_fn();
+  }
+  return sysfs_root();
+}
 
 int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  DROCE_FORWARD_FOREIGN(context, ibv_get_async_event, context, event);
   if (!is_ours(context) || event == nullptr) {
     errno = EINVAL;
     return -1;
@@ -640,6 +711,14 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
 
 void ibv_ack_async_event(ibv_async_event* event) {
   if (event == nullptr) return;
+  // The context of the event's object; a port or device event has none
+  // (acknowledging one does nothing, here and in libibverbs).
+  ibv_context* owner = nullptr;
+  if (event->event_type == IBV_EVENT_CQ_ERR) owner = ctx_of(event->element.cq);
+  else if (is_qp_event(event->event_type)) owner = ctx_of(event->element.qp);
+  else if (event->event_type == IBV_EVENT_SRQ_ERR || event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED)
+    owner = ctx_of(event->element.srq);
+  DROCE_FORWARD_FOREIGN(owner, ibv_ack_async_event, event);
   // Events for CQs, QPs and SRQs are counted, so that destroying one waits
   // until its events have been acknowledged (as libibverbs does).
   if (event->event_type == IBV_EVENT_CQ_ERR) {

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "ctl/protocol.h"
 #include "provider.h"
+#include "system_verbs.h"
 
 namespace droce::provider {
 
@@ -561,6 +562,7 @@ using namespace droce::provider;
 extern "C" {
 
 ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  DROCE_FORWARD_FOREIGN(context, ibv_alloc_pd, context);
   if (!context_is_ours(context)) {
     errno = EINVAL;
     return nullptr;
@@ -584,6 +586,7 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
 // ibv_import_pd(3): the PD `handle` of another context of this device in
 // this process (ibv_import_device), the same object.
 ibv_pd* ibv_import_pd(ibv_context* context, uint32_t handle) {
+  DROCE_FORWARD_FOREIGN(context, ibv_import_pd, context, handle);
   if (!context_is_ours(context)) {
     errno = EINVAL;
     return nullptr;
@@ -604,10 +607,12 @@ ibv_pd* ibv_import_pd(ibv_context* context, uint32_t handle) {
 }
 
 void ibv_unimport_pd(ibv_pd* pd) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_unimport_pd, pd);
   if (pd != nullptr && reinterpret_cast<Pd*>(pd)->imported) delete reinterpret_cast<Pd*>(pd);
 }
 
 int ibv_dealloc_pd(ibv_pd* pd) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_dealloc_pd, pd);
   if (pd == nullptr) return EINVAL;
   Pd* p = reinterpret_cast<Pd*>(pd);
   if (p->parent != nullptr) {  // a parent domain: its PD stays
@@ -626,6 +631,7 @@ int ibv_dealloc_pd(ibv_pd* pd) {
 }
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_reg_mr_iova2, pd, addr, length, iova, access);
   if (pd == nullptr || (addr == nullptr && length != 0)) {
     errno = EINVAL;
     return nullptr;
@@ -663,6 +669,7 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
 // ibv_import_mr(3): the MR `handle` of another context of this device in
 // this process, on `pd` (which must be that MR's PD, imported or not).
 ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_import_mr, pd, handle);
   if (pd == nullptr || !context_is_ours(pd->context)) {
     errno = EINVAL;
     return nullptr;
@@ -690,15 +697,18 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
 }
 
 void ibv_unimport_mr(ibv_mr* mr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(mr), ibv_unimport_mr, mr);
   if (mr != nullptr && reinterpret_cast<Mr*>(mr)->imported) delete reinterpret_cast<Mr*>(mr);
 }
 
 ibv_mr* (ibv_reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_reg_mr, pd, addr, length, access);
   return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uint64_t>(addr),
                           static_cast<unsigned>(access));
 }
 
 ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_reg_mr_iova, pd, addr, length, iova, access);
   return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
 }
 
@@ -708,6 +718,7 @@ ibv_mr* (ibv_reg_mr_iova)(ibv_pd* pd, void* addr, size_t length, uint64_t iova, 
 // bad PD or access, EBUSY with windows bound, EOPNOTSUPP for a new range in
 // client mode).
 int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  DROCE_FORWARD_FOREIGN(ctx_of(mr), ibv_rereg_mr, mr, flags, pd, addr, length, access);
   constexpr int kAll = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
   const bool translation = flags & IBV_REREG_MR_CHANGE_TRANSLATION;
   if (mr == nullptr || !context_is_ours(mr->context) || flags == 0 || (flags & ~kAll) ||
@@ -752,6 +763,7 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(mr), ibv_dereg_mr, mr);
   if (mr == nullptr) return EINVAL;
   if (int rc = status_errno(engine_of(mr->context)->DeregMr(mr->lkey)); rc != 0) return rc;
   mr_forget(*mr);
@@ -760,6 +772,7 @@ int ibv_dereg_mr(ibv_mr* mr) {
 }
 
 ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  DROCE_FORWARD_FOREIGN(context, ibv_create_comp_channel, context);
   if (!context_is_ours(context)) {
     errno = EINVAL;
     return nullptr;
@@ -775,6 +788,7 @@ ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
 }
 
 int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  DROCE_FORWARD_FOREIGN(ctx_of(channel), ibv_destroy_comp_channel, channel);
   if (channel == nullptr) return EINVAL;
   Channel* ch = reinterpret_cast<Channel*>(channel);
   {
@@ -788,11 +802,13 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
 
 ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
                       int comp_vector) {
+  DROCE_FORWARD_FOREIGN(context, ibv_create_cq, context, cqe, cq_context, channel, comp_vector);
   Cq* cq = create_cq_common(context, cqe, cq_context, channel, comp_vector);
   return cq != nullptr ? &cq->cq : nullptr;
 }
 
 int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  DROCE_FORWARD_FOREIGN(ctx_of(cq), ibv_resize_cq, cq, cqe);
   if (cq == nullptr || cqe <= 0) return EINVAL;
   Cq* c = to_cq(cq);
   std::lock_guard<std::mutex> l(c->poll_mu);  // the consumer is idle while the ring moves
@@ -805,6 +821,7 @@ int ibv_resize_cq(ibv_cq* cq, int cqe) {
 }
 
 int ibv_destroy_cq(ibv_cq* cq) {
+  DROCE_FORWARD_FOREIGN(ctx_of(cq), ibv_destroy_cq, cq);
   if (cq == nullptr) return EINVAL;
   Cq* c = to_cq(cq);
   if (int rc = status_errno(to_ctx(cq->context)->s->engine->DestroyCq(c->handle.id)); rc != 0) {
@@ -831,6 +848,7 @@ int ibv_destroy_cq(ibv_cq* cq) {
 }
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  DROCE_FORWARD_FOREIGN(ctx_of(channel), ibv_get_cq_event, channel, cq, cq_context);
   if (channel == nullptr || cq == nullptr || cq_context == nullptr) {
     errno = EINVAL;
     return -1;
@@ -857,11 +875,13 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
 }
 
 void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  DROCE_FORWARD_FOREIGN(ctx_of(cq), ibv_ack_cq_events, cq, nevents);
   if (cq == nullptr) return;
   count_acks(&cq->mutex, &cq->cond, &cq->comp_events_completed, nevents);
 }
 
 ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_create_qp, pd, attr);
   if (pd == nullptr || attr == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -882,6 +902,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 }
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_modify_qp, qp, attr, attr_mask);
   if (qp == nullptr || attr == nullptr) return EINVAL;
   Qp* q = to_qp(qp);
   // Bits libibverbs does not define, or droce does not take (IBV_QP_RATE_LIMIT
@@ -913,6 +934,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask) {
 }
 
 int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr* init_attr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_query_qp, qp, attr, attr_mask, init_attr);
   (void)attr_mask;  // everything is returned, as providers may
   if (qp == nullptr || attr == nullptr || init_attr == nullptr) return EINVAL;
   Qp* q = to_qp(qp);
@@ -936,6 +958,7 @@ int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int attr_mask, ibv_qp_init_attr*
 }
 
 int ibv_destroy_qp(ibv_qp* qp) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_destroy_qp, qp);
   if (qp == nullptr) return EINVAL;
   Qp* q = to_qp(qp);
   if (q->real != nullptr) {
@@ -968,14 +991,16 @@ int ibv_destroy_qp(ibv_qp* qp) {
 
 // UD multicast (ibv_attach_mcast(3)): the MLID is ignored on RoCE (IBA
 // A17.5.6); the errors are the kernel's (engine/mcast.h).
-int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t) {
+int ibv_attach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_attach_mcast, qp, gid, lid);
   if (qp == nullptr || gid == nullptr || !context_is_ours(qp->context)) return EINVAL;
   droce::wire::Ipv6Addr mgid;
   std::memcpy(mgid.data(), gid->raw, 16);
   return engine_of(qp->context)->AttachMcast(qp->qp_num, mgid);
 }
 
-int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t) {
+int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t lid) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_detach_mcast, qp, gid, lid);
   if (qp == nullptr || gid == nullptr || !context_is_ours(qp->context)) return EINVAL;
   droce::wire::Ipv6Addr mgid;
   std::memcpy(mgid.data(), gid->raw, 16);
@@ -983,6 +1008,7 @@ int ibv_detach_mcast(ibv_qp* qp, const union ibv_gid* gid, uint16_t) {
 }
 
 ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  DROCE_FORWARD_FOREIGN(ctx_of(qp), ibv_qp_to_qp_ex, qp);
   if (qp == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -992,6 +1018,7 @@ ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
 
 
 ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_create_srq, pd, attr);
   if (pd == nullptr || attr == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -1001,6 +1028,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
 
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  DROCE_FORWARD_FOREIGN(ctx_of(srq), ibv_modify_srq, srq, attr, mask);
   if (srq == nullptr || attr == nullptr) return EINVAL;
   if (mask & IBV_SRQ_MAX_WR) return EINVAL;  // resizing is not supported (ibv_modify_srq(3): EINVAL)
   if (mask & IBV_SRQ_LIMIT) {
@@ -1012,6 +1040,7 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
 }
 
 int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(srq), ibv_query_srq, srq, attr);
   if (srq == nullptr || attr == nullptr) return EINVAL;
   Srq* s = to_srq(srq);
   auto limit = engine_of(srq->context)->QuerySrqLimit(s->handle.id);
@@ -1023,6 +1052,7 @@ int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
 }
 
 int ibv_destroy_srq(ibv_srq* srq) {
+  DROCE_FORWARD_FOREIGN(ctx_of(srq), ibv_destroy_srq, srq);
   if (srq == nullptr) return EINVAL;
   Srq* s = to_srq(srq);
   if (int rc = status_errno(engine_of(srq->context)->DestroySrq(s->handle.id)); rc != 0) return rc;
@@ -1036,6 +1066,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
 }
 
 ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_create_ah, pd, attr);
   if (pd == nullptr || attr == nullptr) {
     errno = EINVAL;
     return nullptr;
@@ -1063,6 +1094,7 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
 }
 
 int ibv_destroy_ah(ibv_ah* ah) {
+  DROCE_FORWARD_FOREIGN(ctx_of(ah), ibv_destroy_ah, ah);
   if (ah == nullptr) return EINVAL;
   Ah* a = reinterpret_cast<Ah*>(ah);
   if (int rc = status_errno(engine_of(ah->context)->DestroyAh(a->id)); rc != 0) return rc;
@@ -1076,6 +1108,7 @@ int ibv_destroy_ah(ibv_ah* ah) {
 // from the port's address of the same family (GID index 0 or 1).
 int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                         ibv_ah_attr* ah_attr) {
+  DROCE_FORWARD_FOREIGN(context, ibv_init_ah_from_wc, context, port_num, wc, grh, ah_attr);
   if (context == nullptr || wc == nullptr || grh == nullptr || ah_attr == nullptr || port_num != 1) {
     errno = EINVAL;
     return -1;
@@ -1112,6 +1145,7 @@ int ibv_init_ah_from_wc(ibv_context* context, uint8_t port_num, ibv_wc* wc, ibv_
 }
 
 ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_create_ah_from_wc, pd, wc, grh, port_num);
   if (pd == nullptr) {
     errno = EINVAL;
     return nullptr;

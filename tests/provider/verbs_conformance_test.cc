@@ -143,12 +143,18 @@ TEST_F(Loopback, CreateQpExMasksAndFlags) {
     EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP) << t;
   }
-  for (uint32_t m : {IBV_QP_INIT_ATTR_XRCD, IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_IND_TABLE,
-                     IBV_QP_INIT_ATTR_RX_HASH}) {
+  for (uint32_t m : {IBV_QP_INIT_ATTR_MAX_TSO_HEADER, IBV_QP_INIT_ATTR_IND_TABLE, IBV_QP_INIT_ATTR_RX_HASH}) {
     ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_PD | m);
     errno = 0;
     EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
     EXPECT_EQ(errno, EOPNOTSUPP) << m;
+  }
+  // An XRC domain belongs to XRC target QPs only (verbs_xrc_test.cc).
+  {
+    ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD);
+    errno = 0;
+    EXPECT_EQ(ibv_create_qp_ex(ctx_, &a), nullptr);
+    EXPECT_EQ(errno, EINVAL);
   }
   ibv_qp_init_attr_ex a = attr(IBV_QP_INIT_ATTR_CREATE_FLAGS);  // no PD
   errno = 0;

@@ -388,7 +388,7 @@ TEST(Builder, EveryOpcodeRoundTrips) {
   auto r32 = [&] { return static_cast<uint32_t>(rng()); };
   auto r64 = [&] { return (uint64_t{r32()} << 32) | r32(); };
   const auto ops = KnownOpcodes();
-  EXPECT_EQ(ops.size(), 39u);
+  EXPECT_EQ(ops.size(), 62u);  // 39 RC/UC/UD/CNP and 23 XRC
   for (uint8_t op : ops) {
     const wire::OpcodeInfo& info = wire::opcode_info(op);
     for (int variant = 0; variant < 8; ++variant) {
@@ -416,6 +416,7 @@ TEST(Builder, EveryOpcodeRoundTrips) {
       h.atomic_ack_eth = {r64()};
       h.imm = r32();
       h.ieth_rkey = r32();
+      h.xrc_srqn = r32() & 0xFFFFFF;
       for (size_t len : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{257}}) {
         if (len != 0 && !(info.mask & wire::kMaskPayload)) continue;
         Bytes payload(len);
@@ -451,6 +452,7 @@ TEST(Builder, EveryOpcodeRoundTrips) {
         EXPECT_EQ(g.bth.dqpn, h.bth.dqpn);
         EXPECT_EQ(g.bth.ackreq, h.bth.ackreq);
         EXPECT_EQ(g.bth.psn, h.bth.psn);
+        if (info.mask & wire::kMaskXrceth) EXPECT_EQ(g.xrc_srqn, h.xrc_srqn) << info.name;
         if (info.mask & wire::kMaskDeth) {
           EXPECT_EQ(g.deth.qkey, h.deth.qkey);
           EXPECT_EQ(g.deth.src_qp, h.deth.src_qp);

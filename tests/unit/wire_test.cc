@@ -720,7 +720,7 @@ TEST(Malformed, UnknownOpcodes) {
     EXPECT_EQ(Name(Parse(f)), "unknown_opcode") << op;
     ++tried;
   }
-  EXPECT_EQ(tried, 256 - 39);
+  EXPECT_EQ(tried, 256 - 62);
 }
 
 TEST(Malformed, PadLargerThanPayload) {
@@ -1019,23 +1019,26 @@ TEST(OpcodeTable, SpotChecksAgainstIba) {
 }
 
 TEST(OpcodeTable, UnknownOpcodesHaveNoName) {
-  // Reserved in IBA or not supported by droce (RD, XRC, FLUSH).
+  // Reserved in IBA or not supported by droce (RD, FLUSH, XRC's FLUSH and
+  // ATOMIC WRITE).
   std::vector<int> unknown = {0x15};
   for (int op = 0x18; op <= 0x1F; ++op) {
     if (op != wire::kRcAtomicWrite) unknown.push_back(op);
   }
   for (int op = 0x2C; op <= 0x63; ++op) unknown.push_back(op);
   for (int op = 0x66; op <= 0x80; ++op) unknown.push_back(op);
-  for (int op = 0x82; op <= 0xFF; ++op) unknown.push_back(op);
+  for (int op = 0x82; op <= 0x9F; ++op) unknown.push_back(op);
+  unknown.push_back(0xB5);
+  for (int op = 0xB8; op <= 0xFF; ++op) unknown.push_back(op);
   for (int op : unknown) {
     EXPECT_EQ(wire::opcode_info(static_cast<uint8_t>(op)).name, nullptr) << op;
     EXPECT_FALSE(wire::opcode_known(static_cast<uint8_t>(op))) << op;
   }
-  // ...and everything else is known: 256 - 217 = 39 opcodes.
-  EXPECT_EQ(unknown.size(), 217u);
+  // ...and everything else is known: 256 - 194 = 62 opcodes.
+  EXPECT_EQ(unknown.size(), 194u);
   int known = 0;
   for (int op = 0; op < 256; ++op) known += wire::opcode_known(static_cast<uint8_t>(op));
-  EXPECT_EQ(known, 39);
+  EXPECT_EQ(known, 62);
 }
 
 TEST(OpcodeTable, LayoutIsConsistent) {
@@ -1051,7 +1054,8 @@ TEST(OpcodeTable, LayoutIsConsistent) {
       unsigned len;
       uint32_t bit;
     };
-    const H hs[] = {{i.deth, wire::kDethLen, wire::kMaskDeth},
+    const H hs[] = {{i.xrceth, wire::kXrcEthLen, wire::kMaskXrceth},
+                    {i.deth, wire::kDethLen, wire::kMaskDeth},
                     {i.reth, wire::kRethLen, wire::kMaskReth},
                     {i.atomic_eth, wire::kAtomicEthLen, wire::kMaskAtomicEth},
                     {i.aeth, wire::kAethLen, wire::kMaskAeth},
@@ -1077,8 +1081,14 @@ TEST(OpcodeTable, LayoutIsConsistent) {
     EXPECT_NE((i.mask & wire::kMaskRequest) != 0, (i.mask & wire::kMaskResponse) != 0 ||
                                                       (i.mask & wire::kMaskCnp) != 0)
         << i.name;
-    // Transport service from the top 3 opcode bits: RC 000, UC 001, UD 011.
+    // Transport service from the top 3 opcode bits: RC 000, UC 001, UD 011,
+    // XRC 101 (whose requests, and only those, carry an XRCETH).
     const int svc = op >> 5;
+    if (svc == 5) {
+      EXPECT_EQ((i.mask & wire::kMaskXrceth) != 0, (i.mask & wire::kMaskRequest) != 0) << i.name;
+    } else {
+      EXPECT_FALSE(i.mask & wire::kMaskXrceth) << i.name;
+    }
     if (svc == 1 || svc == 3) {
       EXPECT_FALSE(i.mask & (wire::kMaskRead | wire::kMaskAtomic)) << i.name;
     }
