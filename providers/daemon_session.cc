@@ -211,6 +211,28 @@ class DaemonSession final : public engine::Session {
     mr.length = len;
     return mr;
   }
+  absl::StatusOr<mem::Mr> RegMrImplicit(uint32_t pd, uint32_t access) override {
+    if (dead()) return absl::UnavailableError("the daemon is gone");
+    ctl::RegMr r{};
+    r.pd = pd;
+    r.access = access;
+    r.len = UINT64_MAX;
+    r.tier = ctl::kTierImplicit;
+    ctl::IdRep rep{};
+    if (const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), nullptr, 0, &rep, sizeof(rep)); e != 0) {
+      return ctl::StatusOf(e, "register an implicit MR");
+    }
+    {
+      std::lock_guard<std::mutex> l(obj_mu_);
+      mrs_[rep.id] = Registration{};  // tier C's: nothing to release
+    }
+    mem::Mr mr;
+    mr.pd = pd;
+    mr.key = rep.id;
+    mr.access = access;
+    mr.length = UINT64_MAX;
+    return mr;
+  }
   absl::Status DeregMr(uint32_t key) override {
     if (absl::Status s = Destroy(ctl::kDeregMr, key, "deregister MR"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(obj_mu_);

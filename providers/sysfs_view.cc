@@ -30,6 +30,7 @@
 #include "interpose.h"
 #include "rdma_cm.h"
 #include "sessions.h"
+#include "system_verbs.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -309,8 +310,10 @@ inline bool maybe_ours(const char* p) {
   // compiler so that the check stays.
   asm("" : "+r"(p));
   if (p == nullptr || p[0] != '/') return false;
-  if (p[1] == 's') return strncmp(p, kClassIb, sizeof(kClassIb) - 1) == 0;
-  if (p[1] == 'd') return strncmp(p, kDevIb, sizeof(kDevIb) - 1) == 0;
+  // The system libibverbs scanning for its own devices sees the real files
+  // (system_verbs.h): neither droce's entries nor an engine started for them.
+  if (p[1] == 's') return strncmp(p, kClassIb, sizeof(kClassIb) - 1) == 0 && !in_system_scan();
+  if (p[1] == 'd') return strncmp(p, kDevIb, sizeof(kDevIb) - 1) == 0 && !in_system_scan();
   // The tree itself (a path built from ibv_get_sysfs_path()): only its
   // hw_counters files are answered here.
   const size_t n = root_len.load(std::memory_order_acquire);

@@ -178,7 +178,7 @@ int query_device_ex(ibv_context* c, const ibv_query_device_ex_input*, ibv_device
   a.cq_mod_caps.max_cq_period = UINT16_MAX;  // microseconds
   // On-demand paging: every registration is on demand in user space
   // (verbs_objects.cc); not the implicit, whole-address-space kind.
-  a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+  a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;  // implicit: RegMrImplicit
   a.odp_caps.per_transport_caps.rc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
                                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
   a.odp_caps.per_transport_caps.uc_odp_caps =

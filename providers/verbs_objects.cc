@@ -632,14 +632,16 @@ int ibv_dealloc_pd(ibv_pd* pd) {
 
 ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
   DROCE_FORWARD_FOREIGN(ctx_of(pd), ibv_reg_mr_iova2, pd, addr, length, iova, access);
-  if (pd == nullptr || (addr == nullptr && length != 0)) {
+  // Implicit ODP (ibv_reg_mr(3): NULL, SIZE_MAX and IBV_ACCESS_ON_DEMAND):
+  // the whole address space, reached by fault-safe copies in the engine.
+  const bool implicit = addr == nullptr && length == SIZE_MAX && iova == 0 && (access & IBV_ACCESS_ON_DEMAND);
+  if (pd == nullptr || (addr == nullptr && length != 0 && !implicit)) {
     errno = EINVAL;
     return nullptr;
   }
   // IBV_ACCESS_ON_DEMAND: every registration here is on demand already (the
   // engine reaches the memory through the process's own page tables and
-  // pins nothing), so it is taken and remembered for ibv_advise_mr. The
-  // implicit form (the whole address space) is not offered.
+  // pins nothing), so it is taken and remembered for ibv_advise_mr.
   constexpr unsigned kKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                               IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
                               IBV_ACCESS_MW_BIND | IBV_ACCESS_RELAXED_ORDERING | IBV_ACCESS_ON_DEMAND;
@@ -647,9 +649,10 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, u
     errno = EINVAL;
     return nullptr;
   }
-  auto mr = engine_of(pd->context)
-                ->RegMr(reinterpret_cast<Pd*>(pd)->id, reinterpret_cast<uint64_t>(addr), length,
-                        iova, access & 0x1F);
+  auto mr = implicit ? engine_of(pd->context)->RegMrImplicit(reinterpret_cast<Pd*>(pd)->id, access & 0x1F)
+                     : engine_of(pd->context)
+                           ->RegMr(reinterpret_cast<Pd*>(pd)->id, reinterpret_cast<uint64_t>(addr), length,
+                                   iova, access & 0x1F);
   if (!mr.ok()) {
     errno = status_errno(mr.status());
     return nullptr;

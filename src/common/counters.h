@@ -72,7 +72,10 @@ inline uint64_t Peek(const uint64_t& c) {
   X(rx_read_requests, "ConnectX: RDMA READ requests received and executed (not duplicates)") \
   X(rx_write_requests, "ConnectX: RDMA WRITE messages received (their FIRST or ONLY packet, not duplicates)") \
   X(rx_atomic_requests, "ConnectX: atomic requests received and executed (not duplicates)") \
-  X(xrc_bad_srqn, "XRC requests whose XRCETH named no SRQ of the target QP's XRC domain (or another SRQ mid-message): NAK invalid request")
+  X(xrc_bad_srqn, "XRC requests whose XRCETH named no SRQ of the target QP's XRC domain (or another SRQ mid-message): NAK invalid request") \
+  X(out_of_buffer, "ConnectX: messages that found no receive WQE (an RNR NAK sent on RC/XRC, the message dropped on UC/UD)") \
+  X(req_remote_access_errors, "ConnectX: remote access error NAKs received by a requester (bad rkey, rights or bounds at the peer)") \
+  X(resp_local_length_error, "ConnectX: receive completions with IBV_WC_LOC_LEN_ERR (a message longer than its receive WQE, or a malformed receive WQE)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -106,6 +109,7 @@ inline constexpr CounterAlias kCounterAliases[] = {
     {"local_ack_timeout_err", "completer_retry_err"},
     {"req_remote_invalid_request", "rcvd_inv_req_err"},
     {"resp_remote_access_error", "send_rem_access_err"},
+    {"rx_icrc_encapsulated", "icrc_err"},
 };
 
 // Per-QP counters: the device counters that count one QP's events, with the
@@ -144,7 +148,10 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(rx_read_requests)        \
   X(rx_write_requests)       \
   X(rx_atomic_requests)      \
-  X(xrc_bad_srqn)
+  X(xrc_bad_srqn)            \
+  X(out_of_buffer)           \
+  X(req_remote_access_errors) \
+  X(resp_local_length_error)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

@@ -53,6 +53,12 @@ constexpr OpShape kShapes[kOpEnd] = {
 absl::Status Bad(const char* what) { return absl::InvalidArgumentError(what); }
 
 absl::Status CheckRegMr(const RegMr& r, int nfds) {
+  if (r.tier == kTierImplicit) {
+    if (r.addr != 0 || r.len != UINT64_MAX || r.iova != 0 || r.npieces != 0 || nfds != 0) {
+      return Bad("an implicit registration is the whole address space, with no pieces");
+    }
+    return absl::OkStatus();
+  }
   if (r.len > engine::Limits::kMaxMrSize || r.addr + r.len < r.addr) return Bad("registration out of range");
   if (r.tier == kTierCopy) {
     if (r.npieces != 0 || nfds != 0) return Bad("a copied registration has no pieces");

@@ -142,6 +142,7 @@ enum Tier : uint32_t {
   kTierShared = 1,  // A: pages of an already shared mapping (memfd, MAP_SHARED file, SysV shm)
   kTierMoved = 2,   // B: private anonymous pages moved onto a memfd by the client
   kTierCopy = 3,    // C: no fd: the daemon copies with process_vm_readv/writev
+  kTierImplicit = 4,  // an implicit on-demand MR: the whole address space, copied as C
 };
 struct Piece {
   uint64_t start;   // client address, page aligned

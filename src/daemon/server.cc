@@ -305,6 +305,18 @@ bool Handler::RegMr(const ctl::Header& h, Server::Client::Dev& d, Msg& m) {
   const auto r = Payload<ctl::RegMr>(m);
   if (!d.pds.contains(r.pd)) return Reply(h, Foreign());
   if (Over(lim_.max_mrs, c_.nmrs, 1)) return Reply(h, ENOMEM);
+  if (r.tier == ctl::kTierImplicit) {
+    // Implicit ODP: the client's whole address space through the copy
+    // tier. Nothing is mapped or pinned, so it counts against no byte limit.
+    auto mr = d.dev->RegMrOfProcess(c_.pid, r.pd, 0, UINT64_MAX, 0, r.access);
+    if (!mr.ok()) return Reply(h, ctl::ErrnoOf(mr.status()));
+    d.mrs.emplace(mr->key, MrMap{nullptr, 0, 0});
+    ++c_.nmrs;
+    st_.objects_live.fetch_add(1, std::memory_order_relaxed);
+    st_.mr_copied.fetch_add(1, std::memory_order_relaxed);
+    const ctl::IdRep rep{mr->key, 0};
+    return Reply(h, 0, &rep, sizeof(rep));
+  }
   const uint64_t bytes = ((r.addr + r.len + kPage - 1) & ~(kPage - 1)) - (r.addr & ~(kPage - 1));
   uint64_t cap = lim_.max_mr_bytes;
   if (c_.memlock != 0 && (cap == 0 || c_.memlock < cap)) cap = c_.memlock;

@@ -415,6 +415,12 @@ absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, 
   return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access); });
 }
 
+absl::StatusOr<mem::Mr> Device::RegMrImplicit(uint32_t pd, uint32_t access) {
+  // This process's own memory through the copy tier: a peer's WRITE to an
+  // address nothing is mapped at fails the copy (EFAULT), it does not fault.
+  return RegMrOfProcess(static_cast<int32_t>(getpid()), pd, 0, UINT64_MAX, 0, access);
+}
+
 absl::StatusOr<mem::Mr> Device::RegMrOfProcess(int32_t pid, uint32_t pd, uint64_t addr, uint64_t len,
                                                uint64_t iova, uint32_t access) {
   if (dead()) return DeadError();

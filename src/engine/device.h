@@ -201,6 +201,7 @@ class Device final : public Session {
 
   absl::StatusOr<uint32_t> AllocPd() override;
   absl::Status DeallocPd(uint32_t pd) override;
+  absl::StatusOr<mem::Mr> RegMrImplicit(uint32_t pd, uint32_t access) override;
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                 uint32_t access) override;
   absl::Status DeregMr(uint32_t key) override;

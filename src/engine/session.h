@@ -176,6 +176,11 @@ class Session {
   // [addr, addr+len) of the calling process, named by iova.
   virtual absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                         uint32_t access) = 0;
+  // An implicit on-demand MR (ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND)):
+  // the calling process's whole address space, iova = address. Every access
+  // through it is a fault-safe copy (process_vm_readv/writev), so an
+  // unmapped address is a protection error, never a crash.
+  virtual absl::StatusOr<mem::Mr> RegMrImplicit(uint32_t pd, uint32_t access) = 0;
   virtual absl::Status DeregMr(uint32_t key) = 0;
   // ibv_rereg_mr: kReregPd, kReregAccess and kReregTranslation (the values
   // of IBV_REREG_MR_CHANGE_*) say which of pd, access and [addr, addr+len)

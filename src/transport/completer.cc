@@ -304,6 +304,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
           CompleteHeadWithError(queue::wc::kRemInvReqErr);
           break;
         case wire::NakCode::kRemoteAccessError:
+          Count(QpCounter::req_remote_access_errors);
           CompleteHeadWithError(queue::wc::kRemAccessErr);
           break;
         case wire::NakCode::kRemoteOperationalError:

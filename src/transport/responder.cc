@@ -163,6 +163,7 @@ void Qp::CompleteRecv(uint8_t status, bool solicited, const wire::PacketView* pk
     c.wc_flags |= queue::wc::kFlagWithInv;
   }
   recv_.active = false;
+  if (status == queue::wc::kLocLenErr) Count(QpCounter::resp_local_length_error);
   PushRecvCqe(c, solicited);
 }
 
@@ -296,6 +297,7 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
     if (!TakeRecvWqe(&bad)) {
       // No receive WQE: RNR NAK, the requester retries after min_rnr_timer.
       Count(QpCounter::send_rnr_err);
+      if (attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);  // not a corrupt ring
       QueueAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
       return;
     }
@@ -413,6 +415,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
       bool bad = false;
       if (!TakeRecvWqe(&bad)) {
         Count(QpCounter::dropped_msgs);  // UC has no RNR: the message is lost
+        if (attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);
         return;
       }
       if (bad) {
@@ -444,6 +447,7 @@ void Qp::OnUnreliableRequest(const wire::PacketView& pkt) {
       bool bad = false;
       if (!TakeRecvWqe(&bad) || bad) {
         Count(QpCounter::dropped_msgs);
+        if (!bad && attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);
         abort_message();
         return;
       }
@@ -488,6 +492,7 @@ void Qp::OnUdRequest(const wire::PacketView& pkt) {
   bool bad = false;
   if (!TakeRecvWqe(&bad)) {
     Count(QpCounter::dropped_msgs);  // no receive WQE: UD drops the message
+    if (attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);
     return;
   }
   if (bad) {

@@ -68,7 +68,8 @@ s0=$(dev_ctr sent_pkts) r0=$(dev_ctr rcvd_pkts)
 [ "$(prom_ctr sent_pkts)" = "$s0" ] && [ "$(tele_ctr sent_pkts)" = "$s0" ] || die "the three views disagree at rest"
 
 # --- during ib_send_bw -------------------------------------------------------
-iters=40000 size=65536 mtu=1024
+# Long enough (about 4 s at 2 GB/s) for the samples below to fall inside the run.
+iters=120000 size=65536 mtu=1024
 pkts=$(( iters * (size / mtu) ))
 timeout 60 "$launcher" exec --daemon "$dir/d0.sock" -- "$send_bw" -x 0 -p 18621 -s $size -n $iters \
   </dev/null >"$dir/server.log" 2>&1 &

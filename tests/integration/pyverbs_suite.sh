@@ -45,7 +45,6 @@ known=(
   # IBV_WC_EX_WITH_TM_INFO, which droce refuses
   "^Extended CQ is not supported$"
   # droce's gaps (docs/FEATURES.md, "rdma-core's pyverbs suite")
-  "ODP implicit is not supported"
   "All gid indices populated, cannot check bad flow"
 )
 # Embedded mode only: the rdma_cm tests fork a passive and an active

@@ -1,6 +1,6 @@
 // What rdma-core's suite holds providers to (issue 18), through the verbs
 // API: on-demand paging (the caps, IBV_ACCESS_ON_DEMAND registrations that
-// carry traffic, ibv_advise_mr's answers with the kernel's mlx5 errnos),
+// carry traffic, implicit ODP, ibv_advise_mr's answers with the kernel's mlx5 errnos),
 // ibv_create_qp_ex's masks, and ibv_rereg_mr with a QP reset that drops the
 // QP's unpolled completions.
 #include <fcntl.h>
@@ -21,19 +21,113 @@ namespace {
 
 using Odp = Loopback;
 
-TEST_F(Odp, CapsExplicitNotImplicit) {
+TEST_F(Odp, Caps) {
   ibv_device_attr_ex a{};
   ASSERT_EQ(ibv_query_device_ex(ctx_, nullptr, &a), 0);
-  EXPECT_EQ(a.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT));
+  EXPECT_EQ(a.odp_caps.general_caps, static_cast<uint64_t>(IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT));
   const uint32_t rc = a.odp_caps.per_transport_caps.rc_odp_caps;
   for (uint32_t bit : {IBV_ODP_SUPPORT_SEND, IBV_ODP_SUPPORT_RECV, IBV_ODP_SUPPORT_WRITE, IBV_ODP_SUPPORT_READ,
                        IBV_ODP_SUPPORT_ATOMIC, IBV_ODP_SUPPORT_SRQ_RECV}) {
     EXPECT_NE(rc & bit, 0u) << bit;
   }
   EXPECT_NE(a.odp_caps.per_transport_caps.ud_odp_caps & IBV_ODP_SUPPORT_SEND, 0u);
-  // The implicit kind (the whole address space) is refused.
-  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND), nullptr);
+  // The whole address space needs IBV_ACCESS_ON_DEMAND.
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE), nullptr);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// Implicit ODP: one MR over the whole address space carries SENDs from and
+// into buffers allocated after it was registered, and WRITEs and READs named
+// by plain addresses; an access to an address where nothing is mapped is a
+// protection error at the side that makes it, never a crash.
+TEST_F(Odp, ImplicitMrCarriesTrafficAndSurvivesUnmappedAddresses) {
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND;
+  ibv_mr* imr = ibv_reg_mr(pd_, nullptr, SIZE_MAX, access);
+  ASSERT_NE(imr, nullptr) << errno;
+  EXPECT_EQ(imr->addr, nullptr);
+  EXPECT_EQ(imr->length, SIZE_MAX);
+  constexpr size_t kLen = 256 * 1024;
+  std::vector<uint8_t> src(kLen), dst(kLen), back(kLen);
+  for (size_t i = 0; i < kLen; ++i) src[i] = static_cast<uint8_t>(i * 31 + 7);
+  ibv_qp* a = CreateQp(scq_, rcq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  GrantRemote(b, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+  auto post = [&](ibv_wr_opcode op, void* local, uint32_t len, uint64_t remote) {
+    ibv_sge sge{reinterpret_cast<uint64_t>(local), len, imr->lkey};
+    ibv_send_wr wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = op;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.rdma.remote_addr = remote;
+    wr.wr.rdma.rkey = imr->rkey;
+    ibv_send_wr* bad = nullptr;
+    return ibv_post_send(a, &wr, &bad);
+  };
+  // SEND into a receive buffer of the implicit MR.
+  ibv_sge rs{reinterpret_cast<uint64_t>(dst.data()), 4096, imr->lkey};
+  ibv_recv_wr rw{};
+  rw.sg_list = &rs;
+  rw.num_sge = 1;
+  ibv_recv_wr* bad_r = nullptr;
+  ASSERT_EQ(ibv_post_recv(b, &rw, &bad_r), 0);
+  ASSERT_EQ(post(IBV_WR_SEND, src.data(), 4096, 0), 0);
+  auto c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
+  ASSERT_EQ(Poll(rcq_, 1).size(), 1u);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), 4096), 0);
+  // WRITE then READ back, multi-packet.
+  ASSERT_EQ(post(IBV_WR_RDMA_WRITE, src.data(), kLen, reinterpret_cast<uint64_t>(dst.data())), 0);
+  ASSERT_EQ(post(IBV_WR_RDMA_READ, back.data(), kLen, reinterpret_cast<uint64_t>(dst.data())), 0);
+  c = Poll(scq_, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(c[1].status, IBV_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(dst.data(), src.data(), kLen), 0);
+  EXPECT_EQ(std::memcmp(back.data(), src.data(), kLen), 0);
+  // A WRITE to a page nothing is mapped at: the responder refuses it
+  // (remote access error) and the process lives on.
+  void* hole = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  munmap(hole, 4096);
+  ASSERT_EQ(post(IBV_WR_RDMA_WRITE, src.data(), 64, reinterpret_cast<uint64_t>(hole)), 0);
+  c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(ibv_dereg_mr(imr), 0);
+}
+
+// A SEND gathered from an unmapped address through the implicit MR fails
+// locally with a protection error.
+TEST_F(Odp, ImplicitMrLocalUnmappedIsAProtectionError) {
+  ibv_mr* imr = ibv_reg_mr(pd_, nullptr, SIZE_MAX, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  ASSERT_NE(imr, nullptr) << errno;
+  ibv_qp* a = CreateQp(scq_, rcq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  ASSERT_EQ(PostRecv(b, 1, 0, 4096), 0);
+  void* hole = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(hole, MAP_FAILED);
+  munmap(hole, 4096);
+  ibv_sge sge{reinterpret_cast<uint64_t>(hole), 64, imr->lkey};
+  ibv_send_wr wr{};
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a, &wr, &bad), 0);
+  auto c = Poll(scq_, 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, IBV_WC_LOC_PROT_ERR);
+  EXPECT_EQ(ibv_dereg_mr(imr), 0);
 }
 
 // An RDMA WRITE from one on-demand MR into another, on memory that was

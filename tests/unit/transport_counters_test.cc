@@ -143,6 +143,89 @@ TEST(TransportCounters, ResponderCqeErrors) {
   EXPECT_EQ(b.env->stats.resp_cqe_flush_error, 2u);
   EXPECT_EQ(a.env->stats.req_cqe_error, 1u);
   EXPECT_EQ(a.env->stats.req_cqe_flush_error, 0u);
+  // The one length error, seen by the responder only.
+  EXPECT_EQ(b.env->stats.resp_local_length_error, 1u);
+  EXPECT_EQ(b.qp->counters().values[static_cast<size_t>(QpCounter::resp_local_length_error)], 1u);
+  EXPECT_EQ(a.env->stats.resp_local_length_error, 0u);
+}
+
+// Three SENDs into a UD QP with one receive WQE: one delivered, two dropped
+// for want of a buffer (out_of_buffer 2), and a message longer than its
+// buffer completes with a length error (resp_local_length_error 1).
+TEST(TransportCounters, UdOutOfBufferAndLengthError) {
+  SimPair p(LinkFaults{}, 37);
+  ASSERT_EQ(0, p.Init(16, 64, 8192, {.mtu = 3}, transport::QpType::kUd));
+  SimQp &a = p.a, &b = p.b;
+  b.PostRecv(1, 0, 40 + 100);
+  for (int i = 0; i < 3; ++i) {
+    queue::SendWqe w{};
+    w.wr_id = 10 + i;
+    w.op = queue::WqeOp::kSend;
+    w.flags = queue::kWqeSignaled;
+    w.num_sge = 1;
+    w.ah = 1;
+    w.remote_qpn = b.qp->qpn();
+    w.remote_qkey = 0x1111;
+    const queue::Sge sge{a.Addr(0), 100, a.key};
+    a.Post(w, &sge);
+  }
+  ASSERT_EQ(SendCompletions(p, 3).size(), 3u);
+  p.net.Run([&] { return p.net.link.idle(); });
+  EXPECT_EQ(b.env->stats.out_of_buffer, 2u);
+  EXPECT_EQ(b.env->stats.resp_local_length_error, 0u);
+  b.PostRecv(2, 4096, 40 + 50);  // 100 bytes do not fit in 50
+  queue::SendWqe w{};
+  w.wr_id = 20;
+  w.op = queue::WqeOp::kSend;
+  w.flags = queue::kWqeSignaled;
+  w.num_sge = 1;
+  w.ah = 1;
+  w.remote_qpn = b.qp->qpn();
+  w.remote_qkey = 0x1111;
+  const queue::Sge sge{a.Addr(0), 100, a.key};
+  a.Post(w, &sge);
+  ASSERT_EQ(SendCompletions(p, 1).size(), 1u);
+  std::vector<queue::Cqe> r(4);
+  int n = 0;
+  ASSERT_TRUE(p.net.Run([&] {
+    n += b.rcq_c->Poll(r.data() + n, 4 - n);
+    return n == 2;
+  }));
+  EXPECT_EQ(r[1].status, queue::wc::kLocLenErr);
+  EXPECT_EQ(b.env->stats.resp_local_length_error, 1u);
+  EXPECT_EQ(b.env->stats.out_of_buffer, 2u);
+}
+
+// An RC SEND that finds no receive WQE is RNR-NAKed each time it arrives:
+// out_of_buffer counts each refusal, as send_rnr_err does.
+TEST(TransportCounters, RcOutOfBufferPerRnrNak) {
+  SimPair p(LinkFaults{}, 38);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp &a = p.a, &b = p.b;
+  a.PostSend(1, 0, 64);
+  p.net.Run([&] { return b.env->stats.send_rnr_err >= 3; });
+  b.PostRecv(9, 0, 64);
+  ASSERT_EQ(SendCompletions(p, 1).size(), 1u);
+  EXPECT_EQ(b.env->stats.out_of_buffer, b.env->stats.send_rnr_err);
+  EXPECT_GE(b.env->stats.out_of_buffer, 3u);
+  EXPECT_EQ(a.env->stats.out_of_buffer, 0u);
+}
+
+// A WRITE with a bad rkey: one remote access error NAK, counted once by the
+// requester that receives it (and as sent by the responder).
+TEST(TransportCounters, RequesterRemoteAccessError) {
+  SimPair p(LinkFaults{}, 39);
+  ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
+  SimQp &a = p.a, &b = p.b;
+  a.PostOp(queue::WqeOp::kWrite, 1, 0, 64, b.Addr(0), b.key ^ 0x100);
+  a.PostOp(queue::WqeOp::kWrite, 2, 0, 64, b.Addr(0), b.key);
+  const auto c = SendCompletions(p, 2);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0].status, queue::wc::kRemAccessErr);
+  EXPECT_EQ(c[1].status, queue::wc::kWrFlushErr);
+  EXPECT_EQ(a.env->stats.req_remote_access_errors, 1u);
+  EXPECT_EQ(b.env->stats.send_rem_access_err, 1u);
+  EXPECT_EQ(b.env->stats.req_remote_access_errors, 0u);
 }
 
 }  // namespace
