@@ -21,6 +21,9 @@ namespace droce::provider {
 bool context_is_ours(ibv_context* c);
 bool device_is_ours(ibv_device* d);
 
+inline bool is_foreign_context(ibv_context* c) { return c != nullptr && !context_is_ours(c); }
+inline bool is_foreign_device(ibv_device* d) { return d != nullptr && !device_is_ours(d); }
+
 // The context of an object, or null for a null object.
 template <typename T>
 ibv_context* ctx_of(T* object) {
@@ -43,8 +46,9 @@ R system_missing() {
 
 // The system library's device list (nullptr if it has none, as on a
 // machine without kernel RDMA; errno is left as it was). While it runs,
-// ibv_get_sysfs_path answers the real sysfs root, not droce's view, so the
-// system library never finds droce's devices (sysfs_view.h).
+// ibv_get_sysfs_path answers the real sysfs root and the interposed file
+// calls pass every path through (sysfs_view.cc), so the system library
+// neither finds droce's devices nor starts their engines.
 ibv_device** system_device_list(int* n);
 // True on a thread inside system_device_list.
 bool in_system_scan();
@@ -52,25 +56,19 @@ bool in_system_scan();
 }  // namespace droce::provider
 
 // Returns from the calling function with the system library's answer for
-// `name`(ARGS...) when `ctx` (an ibv_context*, possibly null) is not one of
-// droce's contexts.
-#define DROCE_FORWARD_FOREIGN(ctx, name, ...)                                                       \
-  do {                                                                                              \
-    ::ibv_context* fwd_ctx_ = (ctx);                                                                \
-    if (fwd_ctx_ != nullptr && !::droce::provider::context_is_ours(fwd_ctx_)) {                     \
-      auto* fwd_fn_ = REAL(name);                                                                   \
+// `name`(ARGS...) when `foreign` holds.
+#define DROCE_FORWARD_IF(foreign, name, ...)                                                          \
+  do {                                                                                                \
+    if (foreign) {                                                                                    \
+      auto* fwd_fn_ = REAL(name);                                                                     \
       if (fwd_fn_ == nullptr) return ::droce::provider::system_missing<decltype(fwd_fn_(__VA_ARGS__))>(); \
-      return fwd_fn_(__VA_ARGS__);                                                                  \
-    }                                                                                               \
+      return fwd_fn_(__VA_ARGS__);                                                                    \
+    }                                                                                                 \
   } while (0)
 
-// The same for a call whose object is a device.
-#define DROCE_FORWARD_FOREIGN_DEVICE(dev, name, ...)                                                \
-  do {                                                                                              \
-    ::ibv_device* fwd_dev_ = (dev);                                                                 \
-    if (fwd_dev_ != nullptr && !::droce::provider::device_is_ours(fwd_dev_)) {                      \
-      auto* fwd_fn_ = REAL(name);                                                                   \
-      if (fwd_fn_ == nullptr) return ::droce::provider::system_missing<decltype(fwd_fn_(__VA_ARGS__))>(); \
-      return fwd_fn_(__VA_ARGS__);                                                                  \
-    }                                                                                               \
-  } while (0)
+// ... when `ctx` (an ibv_context*, possibly null) is not one of droce's.
+#define DROCE_FORWARD_FOREIGN(ctx, name, ...) \
+  DROCE_FORWARD_IF(::droce::provider::is_foreign_context(ctx), name, __VA_ARGS__)
+// ... when `dev` (an ibv_device*, possibly null) is not one of droce's.
+#define DROCE_FORWARD_FOREIGN_DEVICE(dev, name, ...) \
+  DROCE_FORWARD_IF(::droce::provider::is_foreign_device(dev), name, __VA_ARGS__)

@@ -138,53 +138,41 @@ ibv_xrcd* open_xrcd(ibv_context* c, ibv_xrcd_init_attr* attr) {
     errno = EINVAL;
     return nullptr;
   }
-  auto* x = new Xrcd();
-  x->xrcd.context = c;
   engine::Session* e = engine_of(c);
-  if (attr->fd == -1) {
-    if (!(attr->oflags & O_CREAT)) {
-      delete x;
-      errno = EINVAL;
-      return nullptr;
-    }
+  auto fail = [](int err) -> ibv_xrcd* {
+    errno = err;
+    return nullptr;
+  };
+  // A new engine domain; 0 (errno set) if the engine refused one.
+  auto alloc = [e]() -> uint32_t {
     auto id = e->AllocXrcd();
-    if (!id.ok()) {
-      delete x;
-      errno = status_errno(id.status());
-      return nullptr;
-    }
-    x->id = *id;
+    if (!id.ok()) errno = status_errno(id.status());
+    return id.ok() ? *id : 0;
+  };
+  if (attr->fd == -1) {
+    if (!(attr->oflags & O_CREAT)) return fail(EINVAL);
+    const uint32_t id = alloc();
+    if (id == 0) return nullptr;
+    auto* x = new Xrcd();
+    x->xrcd.context = c;
+    x->id = id;
     return &x->xrcd;
   }
   struct stat st;
-  if (fstat(attr->fd, &st) != 0) {
-    delete x;
-    errno = EBADF;
-    return nullptr;
-  }
+  if (fstat(attr->fd, &st) != 0) return fail(EBADF);
   std::lock_guard<std::mutex> l(xrcd_mu());
   const XrcdFileKey key{e, st.st_dev, st.st_ino};
   auto it = xrcd_files().find(key);
   if (it != xrcd_files().end()) {
-    if (attr->oflags & O_EXCL) {
-      delete x;
-      errno = EEXIST;
-      return nullptr;
-    }
+    if (attr->oflags & O_EXCL) return fail(EEXIST);
   } else {
-    if (!(attr->oflags & O_CREAT)) {
-      delete x;
-      errno = EINVAL;
-      return nullptr;
-    }
-    auto id = e->AllocXrcd();
-    if (!id.ok()) {
-      delete x;
-      errno = status_errno(id.status());
-      return nullptr;
-    }
-    it = xrcd_files().emplace(key, XrcdFile{*id, 0}).first;
+    if (!(attr->oflags & O_CREAT)) return fail(EINVAL);
+    const uint32_t id = alloc();
+    if (id == 0) return nullptr;
+    it = xrcd_files().emplace(key, XrcdFile{id, 0}).first;
   }
+  auto* x = new Xrcd();
+  x->xrcd.context = c;
   ++it->second.opens;
   x->id = it->second.id;
   x->keyed = true;

@@ -24,7 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (h.op == kRegMr) {
     RegMr r;
     std::memcpy(&r, p, sizeof(r));
-    if (r.tier == kTierCopy) {
+    if (r.tier == kTierImplicit) {
+      // The whole address space, nothing else: addr 0, every byte, no pieces.
+      if (r.addr != 0 || r.len != UINT64_MAX || r.iova != 0 || r.npieces != 0 || nfds != 0) __builtin_trap();
+    } else if (r.tier == kTierCopy) {
       if (r.npieces != 0 || nfds != 0) __builtin_trap();
     } else {
       if (r.npieces == 0 || r.npieces > kMaxPieces) __builtin_trap();

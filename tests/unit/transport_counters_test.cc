@@ -156,10 +156,10 @@ TEST(TransportCounters, UdOutOfBufferAndLengthError) {
   SimPair p(LinkFaults{}, 37);
   ASSERT_EQ(0, p.Init(16, 64, 8192, {.mtu = 3}, transport::QpType::kUd));
   SimQp &a = p.a, &b = p.b;
-  b.PostRecv(1, 0, 40 + 100);
-  for (int i = 0; i < 3; ++i) {
+  // A 100-byte UD SEND to b through address handle 1.
+  auto send = [&](uint64_t wr_id) {
     queue::SendWqe w{};
-    w.wr_id = 10 + i;
+    w.wr_id = wr_id;
     w.op = queue::WqeOp::kSend;
     w.flags = queue::kWqeSignaled;
     w.num_sge = 1;
@@ -168,22 +168,15 @@ TEST(TransportCounters, UdOutOfBufferAndLengthError) {
     w.remote_qkey = 0x1111;
     const queue::Sge sge{a.Addr(0), 100, a.key};
     a.Post(w, &sge);
-  }
+  };
+  b.PostRecv(1, 0, 40 + 100);
+  for (int i = 0; i < 3; ++i) send(10 + i);
   ASSERT_EQ(SendCompletions(p, 3).size(), 3u);
   p.net.Run([&] { return p.net.link.idle(); });
   EXPECT_EQ(b.env->stats.out_of_buffer, 2u);
   EXPECT_EQ(b.env->stats.resp_local_length_error, 0u);
   b.PostRecv(2, 4096, 40 + 50);  // 100 bytes do not fit in 50
-  queue::SendWqe w{};
-  w.wr_id = 20;
-  w.op = queue::WqeOp::kSend;
-  w.flags = queue::kWqeSignaled;
-  w.num_sge = 1;
-  w.ah = 1;
-  w.remote_qpn = b.qp->qpn();
-  w.remote_qkey = 0x1111;
-  const queue::Sge sge{a.Addr(0), 100, a.key};
-  a.Post(w, &sge);
+  send(20);
   ASSERT_EQ(SendCompletions(p, 1).size(), 1u);
   std::vector<queue::Cqe> r(4);
   int n = 0;
