@@ -118,6 +118,11 @@ lines=$(wc -l <"$dir/live.csv")
 ctl trace start "$dir/live.bin" format binary >/dev/null || fail "trace start (binary)"
 sleep 0.5
 ctl trace stop >/dev/null || fail "trace stop (binary)"
+# The refusals while the run surely lasts; the binary trace is read after.
+out=$(ctl trace start "$dir/x.trace" format xml 2>&1); rc=$?
+[ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'format' is json, csv or binary, not 'xml'" ] ||
+  fail "a bad format: rc $rc, '$out'"
+[ ! -e "$dir/x.trace" ] || fail "a refused trace created its file"
 "$launcher" trace-dump "$dir/live.bin" >"$dir/live.json" || fail "trace-dump"
 /usr/bin/python3 -c '
 import json, sys
@@ -128,10 +133,6 @@ for line in open(sys.argv[1]):
 assert n > 1000, n
 print("[trace-dump]", n, "events")
 ' "$dir/live.json" || fail "trace-dump's JSON"
-out=$(ctl trace start "$dir/x.trace" format xml 2>&1); rc=$?
-[ "$rc" -eq 2 ] && [ "$out" = "droce ctl: 'format' is json, csv or binary, not 'xml'" ] ||
-  fail "a bad format: rc $rc, '$out'"
-[ ! -e "$dir/x.trace" ] || fail "a refused trace created its file"
 wait "$client_pid"
 client_rc=$?
 client_pid=""
