@@ -360,6 +360,9 @@ bool Qp::PollSend(unsigned budget) {
   // Responses first: they retire the peer's WQEs.
   if (resp_head_ != resp_tail_) more = SendResponses(&budget);
   if (attr_.state != QpState::kRts && attr_.state != QpState::kSqd) return more;
+  // An XRC target has no send queue: whatever a (hostile) client writes
+  // into its SQ ring is ignored (its send CQ is null).
+  if (type_ == QpType::kXrcTgt) return more;
   if (rnr_wait_) return more;
   if (attr_.state == QpState::kSqd && send_pkt_ == 0) {
     // Drained: a partly sent message is finished, nothing new starts.
