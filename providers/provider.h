@@ -131,7 +131,6 @@ struct Xrcd {
 struct Srq {
   ibv_srq srq;
   engine::SrqHandle handle;
-  bool xrc = false;  // an XRC SRQ (its number, handle.id, is what peers name)
   std::atomic<uint32_t> events_reported{0};
   std::mutex mu;
   uint32_t prod = 0;

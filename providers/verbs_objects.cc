@@ -542,7 +542,6 @@ ibv_srq* create_srq_common(ibv_pd* pd, ibv_srq_attr* attr, void* srq_context, ui
     return nullptr;
   }
   s->handle = *h;
-  s->xrc = xrcd != 0;
   s->srq.context = pd->context;
   s->srq.srq_context = srq_context;
   s->srq.pd = pd;

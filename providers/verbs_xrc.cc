@@ -46,7 +46,9 @@ void xrc_tgt_add(Qp* qp) {
 
 int xrc_tgt_remove(Qp* qp) {
   std::lock_guard<std::mutex> l(tgt_mu());
-  if (qp->opens.load() != 0) return EBUSY;  // as the kernel's ib_destroy_qp
+  // The kernel lets the creator's handle go and keeps the QP until its last
+  // handle closes; droce refuses instead (docs/FEATURES.md, XRC).
+  if (qp->opens.load() != 0) return EBUSY;
   tgt_qps().erase(key_of(qp));
   return 0;
 }

@@ -35,10 +35,25 @@ uint64_t rnr_timer_ns(uint8_t code) {
   return uint64_t{kTable[code & 31]} * 10000;  // table is in 0.01 ms
 }
 
+namespace {
+// The transport bits of a QP type's opcodes (IBA 9.2): RC 000, UC 001,
+// UD 011, XRC 101.
+uint8_t OpBase(QpType t) {
+  switch (t) {
+    case QpType::kRc: return wire::kTransportRc << 5;
+    case QpType::kUc: return wire::kTransportUc << 5;
+    case QpType::kUd: return wire::kTransportUd << 5;
+    case QpType::kXrcIni:
+    case QpType::kXrcTgt: return wire::kTransportXrc << 5;
+  }
+  return 0;
+}
+}  // namespace
+
 Qp::Qp(const QpInit& init, TransportEnv* env)
     : qpn_(init.qpn),
       type_(init.type),
-      op_base_(init.type == QpType::kUc ? 0x20 : init.type == QpType::kRc ? 0x00 : wire::kXrcBase),
+      op_base_(static_cast<uint8_t>(OpBase(init.type))),
       pd_(init.pd),
       xrcd_(init.xrcd),
       sq_sig_all_(init.sq_sig_all),

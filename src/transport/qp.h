@@ -424,7 +424,7 @@ class Qp {
 
   uint32_t qpn_;
   QpType type_;
-  uint8_t op_base_;  // the transport's opcode bits: RC 0x00, UC 0x20, XRC 0xA0
+  uint8_t op_base_;  // the transport's opcode bits: RC 0x00, UC 0x20, UD 0x60, XRC 0xA0
   uint32_t pd_;
   uint32_t xrcd_ = 0;
   uint32_t xrc_srqn_ = 0, xrc_srq_id_ = 0;  // XRC target: the SRQ in use

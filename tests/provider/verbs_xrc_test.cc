@@ -120,15 +120,6 @@ class Xrc : public Loopback {
       ASSERT_EQ(ibv_modify_qp(q, &a, mask), 0);
     }
   }
-  int PostSrqRecv(ibv_srq* s, uint64_t wr_id, size_t off, uint32_t len) {
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + off), len, mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    return ibv_post_srq_recv(s, &wr, &bad);
-  }
   int PostXrcSend(ibv_qp* ini, uint64_t wr_id, uint32_t srqn, size_t off, uint32_t len,
                   ibv_wr_opcode op = IBV_WR_SEND) {
     ibv_sge sge{reinterpret_cast<uint64_t>(buf_.data() + off), len, mr_->lkey};

@@ -49,12 +49,7 @@ struct XrcSrq {
     base = reinterpret_cast<uint64_t>(owner.buf.data());
   }
   void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) {
-    uint8_t* slot = ring.slot(prod);
-    const queue::RecvWqe w{wr_id, 1, 0};
-    const queue::Sge s{base + off, len, key};
-    std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), &s, sizeof(s));
-    ring.publish_prod(++prod);
+    transport::sim::PostRecvWqe(ring, &prod, wr_id, base + off, len, key);
   }
 };
 
@@ -270,6 +265,66 @@ TEST(TransportXrc, SrqGoneMidMessage) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].status, queue::wc::kRemInvReqErr);
   EXPECT_EQ(p.b.qp->attr().state, QpState::kErr);
+}
+
+// A READ whose first response is lost is asked for again at its old PSN:
+// the target executes the duplicate on the PD of the SRQ it names (SRQ 9),
+// while the message in progress meanwhile (a SEND into SRQ 5) keeps its own.
+TEST(TransportXrc, DuplicateReadUsesItsOwnSrqsPd) {
+  XrcPair p(LinkFaults{}, 3, /*mtu=*/1);
+  Fill(p.b.buf, 65536, 1000, 17);
+  // SRQ 9 is on a PD of its own, whose MR alone covers what is read: a
+  // duplicate checked against the SEND's PD (SRQ 5's) would be refused.
+  constexpr uint32_t kOtherPd = transport::sim::kSimPd + 1;
+  p.b.env->xrc_srqs[9].pd = kOtherPd;
+  const uint32_t rkey =
+      p.b.env->mrs.Register(kOtherPd, p.b.Addr(65536), p.b.Addr(65536), 4096, transport::sim::kSimAccess)->key;
+  bool dropped = false;
+  p.net.tap = [&](const wire::PacketView& v) {
+    if (!dropped && v.bth.opcode == (wire::kXrcBase | wire::kRcReadResponseFirst)) {
+      dropped = true;
+      return false;
+    }
+    return true;
+  };
+  p.srq5.PostRecv(1, 0, 4096);
+  p.Post(queue::WqeOp::kRead, 1, 9, 0, 1000, p.b.Addr(65536), rkey);
+  p.Post(queue::WqeOp::kSend, 2, 5, 8192, 600);
+  const auto c = p.Drain(p.a.scq_c.get(), 2);
+  ASSERT_EQ(c.size(), 2u);
+  for (const auto& e : c) EXPECT_EQ(e.status, queue::wc::kSuccess) << e.wr_id;
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(0, std::memcmp(p.a.buf.data(), p.b.buf.data() + 65536, 1000));
+  EXPECT_GE(p.b.env->stats.duplicate_request, 1u);
+  EXPECT_EQ(p.b.env->stats.xrc_bad_srqn, 0u);
+}
+
+// A MIDDLE packet naming another SRQ of the domain than its message's FIRST
+// (a peer changing SRQ mid-message) is an invalid request.
+TEST(TransportXrc, AnotherSrqMidMessageIsAnInvalidRequest) {
+  XrcPair p(LinkFaults{}, 4, /*mtu=*/1);
+  p.srq5.PostRecv(1, 0, 8192);
+  p.srq9.PostRecv(2, 8192, 8192);
+  p.net.tap = [&](const wire::PacketView& v) {
+    if (v.bth.opcode == (wire::kXrcBase | wire::kRcSendMiddle)) {
+      // The parsed packet is the link's buffer: rewrite its XRCETH as a
+      // hostile peer would have sent it.
+      wire::store_be32(const_cast<uint8_t*>(v.ext(v.info->xrceth)), 9);
+    }
+    return true;
+  };
+  p.Post(queue::WqeOp::kSend, 1, 5, 0, 2048);
+  const auto c = p.Drain(p.a.scq_c.get(), 1);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].status, queue::wc::kRemInvReqErr);
+  EXPECT_EQ(p.b.env->stats.xrc_bad_srqn, 1u);
+  EXPECT_EQ(p.b.qp->attr().state, QpState::kErr);
+  // The WQE in progress failed on its own SRQ's CQ; SRQ 9's is untouched.
+  const auto r = p.Drain(p.srq5.cq_c.get(), 1);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, queue::wc::kRemInvReqErr);
+  queue::Cqe e;
+  EXPECT_EQ(p.srq9.cq_c->Poll(&e, 1), 0);
 }
 
 // The modify table (ib_modify_qp_is_ok): a target needs the responder's

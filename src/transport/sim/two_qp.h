@@ -226,6 +226,18 @@ class SimEnv : public TransportEnv {
   SimLink* link_;
 };
 
+// Writes a one-SGE receive WQE into `ring` (a QP's RQ or an SRQ) and
+// publishes it.
+inline void PostRecvWqe(queue::Ring& ring, uint32_t* prod, uint64_t wr_id, uint64_t addr, uint32_t len,
+                        uint32_t key) {
+  uint8_t* slot = ring.slot(*prod);
+  const queue::RecvWqe w{wr_id, 1, 0};
+  const queue::Sge s{addr, len, key};
+  std::memcpy(slot, &w, sizeof(w));
+  std::memcpy(slot + sizeof(w), &s, sizeof(s));
+  ring.publish_prod(++*prod);
+}
+
 // How a SimQp is connected (RTR/RTS attributes).
 struct ConnectOpts {
   uint8_t mtu = 3;  // enum ibv_mtu
@@ -427,14 +439,7 @@ struct SimQp {
   void PostSend(uint64_t wr_id, uint32_t off, uint32_t len, uint32_t lkey_override = 0) {
     PostOp(queue::WqeOp::kSend, wr_id, off, len, 0, 0, 0, 0, lkey_override);
   }
-  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) {
-    uint8_t* slot = rq.slot(rq_prod);
-    const queue::RecvWqe w{wr_id, 1, 0};
-    const queue::Sge s{Addr(off), len, key};
-    std::memcpy(slot, &w, sizeof(w));
-    std::memcpy(slot + sizeof(w), &s, sizeof(s));
-    rq.publish_prod(++rq_prod);
-  }
+  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) { PostRecvWqe(rq, &rq_prod, wr_id, Addr(off), len, key); }
 };
 
 // Two (or more) QPs on one link, driven one loop turn at a time as the
