@@ -499,6 +499,71 @@ absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint
   return out;
 }
 
+// `cc show|set`: congestion control (cc/dcqcn.h) of the devices (their
+// defaults for new QPs, and every QP) or of one QP, with each QP's DCQCN
+// state. `set` takes "mode" (dcqcn, off) and/or "params" (DROCE_DCQCN's
+// list, over the current values).
+absl::StatusOr<Json> CcCmd(Host& host, const Json& req, const Filter& f, uint32_t uid) {
+  const std::string action = req.contains("action") && req["action"].is_string() ? req["action"].get<std::string>()
+                                                                                  : "show";
+  if (action == "set") {
+    if (uid != 0 && uid != geteuid()) {
+      return absl::PermissionDeniedError("congestion control changes every client's traffic: only the engine's user or root may set it");
+    }
+    const std::string mode = req.contains("mode") && req["mode"].is_string() ? req["mode"].get<std::string>() : "";
+    const std::string params = req.contains("params") && req["params"].is_string() ? req["params"].get<std::string>() : "";
+    if (mode.empty() && params.empty()) return Bad("'cc set' needs dcqcn, off and/or NAME=VALUE,... (docs/LAB.md)");
+    if (!mode.empty() && mode != "dcqcn" && mode != "off") return Bad(absl::StrCat("'", mode, "' is not dcqcn or off"));
+    absl::Status err = absl::OkStatus();
+    bool any = false;
+    ForEachDevice(host, f, [&](size_t, engine::Device& d) {
+      if (!err.ok()) return;
+      const std::vector<engine::Device::CcRow> rows = d.CongestionControl();
+      const engine::Device::CcRow* base = &rows[0];
+      if (f.qpn >= 0) {
+        base = nullptr;
+        for (const auto& r : rows) {
+          if (r.qpn != 0 && r.qpn == f.qpn) base = &r;
+        }
+        if (base == nullptr) return;  // not on this device
+      }
+      cc::DcqcnParams p = base->params;
+      if (absl::Status s = cc::ParseDcqcnParams(params, &p); !s.ok()) {
+        err = Bad(std::string(s.message()));
+        return;
+      }
+      const cc::CcMode m = mode.empty() ? base->mode : mode == "off" ? cc::CcMode::kOff : cc::CcMode::kDcqcn;
+      err = d.SetCongestionControl(f.qpn >= 0 ? static_cast<uint32_t>(f.qpn) : 0, m, p);
+      any = true;
+    });
+    if (!err.ok()) return err;
+    if (!any) return absl::NotFoundError(absl::StrCat("no QP ", f.qpn));
+  } else if (action != "show") {
+    return Bad(absl::StrCat("unknown cc action '", action, "' (show, set)"));
+  }
+  Json out = Json::array();
+  ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
+    for (const engine::Device::CcRow& r : d.CongestionControl()) {
+      if (f.qpn >= 0 ? r.qpn != f.qpn : false) continue;
+      Json j = DevHead(i, d);
+      if (r.qpn != 0) j["lqpn"] = r.qpn;
+      j["cc"] = r.mode == cc::CcMode::kOff ? "off" : "dcqcn";
+      if (r.qpn != 0) {
+        j["limited"] = r.limited;
+        j["rate_mbps"] = r.rate_mbps;
+        j["target_mbps"] = r.target_mbps;
+        j["alpha"] = r.alpha;
+        j["cuts"] = r.cuts;
+        j["increases"] = r.increases;
+      } else {
+        j["dcqcn"] = cc::FormatDcqcnParams(r.params);
+      }
+      out.push_back(std::move(j));
+    }
+  });
+  return out;
+}
+
 absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   if (!req.is_object()) return Bad("a request is a JSON object");
   auto cmd_it = req.find("cmd");
@@ -533,6 +598,7 @@ absl::StatusOr<Json> Query(Host& host, const Json& req, uint32_t uid) {
   if (cmd == "metrics") return Json(PrometheusText(host));
   if (cmd == "capture") return LabCmd(kCapture, host, req, *f, uid);
   if (cmd == "fault") return FaultCmd(host, req, *f, uid);
+  if (cmd == "cc") return CcCmd(host, req, *f, uid);
   if (cmd == "trace") return LabCmd(kTrace, host, req, *f, uid);
   return Bad(absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -75,7 +75,11 @@ inline uint64_t Peek(const uint64_t& c) {
   X(xrc_bad_srqn, "XRC requests whose XRCETH named no SRQ of the target QP's XRC domain (or another SRQ mid-message): NAK invalid request") \
   X(out_of_buffer, "ConnectX: messages that found no receive WQE (an RNR NAK sent on RC/XRC, the message dropped on UC/UD)") \
   X(req_remote_access_errors, "ConnectX: remote access error NAKs received by a requester (bad rkey, rights or bounds at the peer)") \
-  X(resp_local_length_error, "ConnectX: receive completions with IBV_WC_LOC_LEN_ERR (a message longer than its receive WQE, or a malformed receive WQE)")
+  X(resp_local_length_error, "ConnectX: receive completions with IBV_WC_LOC_LEN_ERR (a message longer than its receive WQE, or a malformed receive WQE)") \
+  X(np_ecn_marked_roce_packets, "ConnectX: RoCE packets received with ECN CE (congestion met on the way); with DCQCN on, the QP answers with CNPs") \
+  X(np_cnp_sent, "ConnectX: CNPs sent by a notification point, at most one per min_time_between_cnps per QP") \
+  X(rp_cnp_handled, "ConnectX: CNPs received and acted on by a reaction point (DCQCN cut the QP's rate)") \
+  X(rp_cnp_ignored, "ConnectX: CNPs received by a QP with congestion control off (not acted on)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -151,7 +155,11 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(xrc_bad_srqn)            \
   X(out_of_buffer)           \
   X(req_remote_access_errors) \
-  X(resp_local_length_error)
+  X(resp_local_length_error) \
+  X(np_ecn_marked_roce_packets) \
+  X(np_cnp_sent)             \
+  X(rp_cnp_handled)          \
+  X(rp_cnp_ignored)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

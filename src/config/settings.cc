@@ -209,6 +209,16 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
       return absl::OkStatus();
     }
     case Setting::kRate: return ParseRate(v, &g.rate_kbps, &g.rate_burst);
+    case Setting::kCc:
+      if (v == "dcqcn" || v == "on") {
+        g.cc = cc::CcMode::kDcqcn;
+      } else if (v == "off") {
+        g.cc = cc::CcMode::kOff;
+      } else {
+        return Invalid(absl::StrCat("'", v, "' is not dcqcn or off"));
+      }
+      return absl::OkStatus();
+    case Setting::kDcqcn: return cc::ParseDcqcnParams(v, &g.dcqcn);
   }
   return absl::InternalError("unknown setting");
 }

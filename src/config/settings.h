@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cc/dcqcn.h"
 #include "common/log.h"
 #include "lab/capture.h"
 #include "lab/fault_rules.h"
@@ -86,6 +87,12 @@ struct GlobalSettings {
   // ibv_modify_qp(IBV_QP_RATE_LIMIT) overrides it for its QP.
   uint32_t rate_kbps = 0;
   uint32_t rate_burst = 0;  // bytes; 0: one frame
+  // DROCE_CC: congestion control of every QP (cc/dcqcn.h): "dcqcn" (the
+  // default: data packets ECN-capable, CNPs sent on CE and acted on) or
+  // "off". DROCE_DCQCN: its parameters over ConnectX's defaults
+  // ("rpg_ai_rate=10,min_time_between_cnps=0,...").
+  cc::CcMode cc = cc::CcMode::kDcqcn;
+  cc::DcqcnParams dcqcn;
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -135,8 +142,10 @@ enum class Setting : uint8_t {
   kCapture,
   kTrace,
   kRate,
+  kCc,
+  kDcqcn,
 };
-inline constexpr size_t kNumSettings = 22;
+inline constexpr size_t kNumSettings = 24;
 
 struct SettingInfo {
   Setting setting;
@@ -170,6 +179,8 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kCapture, "DROCE_CAPTURE", "capture", false},
     {Setting::kTrace, "DROCE_TRACE", "trace", false},
     {Setting::kRate, "DROCE_RATE", "rate", false},
+    {Setting::kCc, "DROCE_CC", "cc", false},
+    {Setting::kDcqcn, "DROCE_DCQCN", "dcqcn", false},
 }};
 
 // kSettings is indexed by Setting.

@@ -66,6 +66,8 @@ constexpr SettingKey kEngineKeys[] = {
     {"capture", Setting::kCapture, Kind::kString},
     {"trace", Setting::kTrace, Kind::kString},
     {"rate", Setting::kRate, Kind::kString},
+    {"cc", Setting::kCc, Kind::kString},
+    {"dcqcn", Setting::kDcqcn, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -175,6 +175,8 @@ absl::Status Device::Setup(const Config& cfg) {
   measure_latency_ = cfg.latency;
   rate_kbps_ = cfg.rate_kbps;
   rate_burst_ = cfg.rate_burst;
+  cc_mode_ = cfg.cc;
+  dcqcn_ = cfg.dcqcn;
   SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -672,6 +674,8 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.measure_latency = measure_latency_;
     init.rate_kbps = rate_kbps_;
     init.rate_burst = rate_burst_;
+    init.cc = cc_mode_;
+    init.dcqcn = dcqcn_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
     if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;
@@ -1063,6 +1067,50 @@ std::vector<RuleTotals> Device::FaultRules() {
     }
     out = SumRules(stages);
   });
+  return out;
+}
+
+absl::Status Device::SetCongestionControl(uint32_t qpn, cc::CcMode mode, const cc::DcqcnParams& p) {
+  bool found = qpn == 0;
+  RunOnWorker([&] {
+    if (qpn == 0) {
+      cc_mode_ = mode;
+      dcqcn_ = p;
+    }
+    for (auto& [n, e] : qps_) {
+      if (qpn != 0 && n != qpn) continue;
+      e->qp->SetCongestionControl(mode, p);
+      found = true;
+    }
+  });
+  if (!found) return absl::NotFoundError(absl::StrCat(port_.name, " has no QP ", qpn));
+  return absl::OkStatus();
+}
+
+std::vector<Device::CcRow> Device::CongestionControl() {
+  std::vector<CcRow> out;
+  RunOnWorker([&] {
+    CcRow d;
+    d.mode = cc_mode_;
+    d.params = dcqcn_;
+    out.push_back(d);
+    for (const auto& [n, e] : qps_) {
+      const transport::Qp& q = *e->qp;
+      const cc::ReactionPoint& rp = q.reaction_point();
+      CcRow r;
+      r.qpn = n;
+      r.mode = q.cc_mode();
+      r.params = q.dcqcn();
+      r.limited = rp.active();
+      r.rate_mbps = rp.rate_mbps();
+      r.target_mbps = rp.target_mbps();
+      r.alpha = rp.alpha();
+      r.cuts = rp.cuts();
+      r.increases = rp.increases();
+      out.push_back(r);
+    }
+  });
+  std::sort(out.begin() + 1, out.end(), [](const CcRow& a, const CcRow& b) { return a.qpn < b.qpn; });
   return out;
 }
 

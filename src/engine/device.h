@@ -256,6 +256,22 @@ class Device final : public Session {
   // Each rule with its counters summed over the workers (their stages
   // stopped for the copy).
   std::vector<RuleTotals> FaultRules();
+  // Congestion control (cc/dcqcn.h; droce ctl cc): the mode and DCQCN
+  // parameters of one QP (qpn != 0) or of every QP and every QP created
+  // later (qpn 0), changed live; each QP's reaction point starts again at
+  // the line rate. NotFound if the QP does not exist.
+  absl::Status SetCongestionControl(uint32_t qpn, cc::CcMode mode, const cc::DcqcnParams& p);
+  struct CcRow {
+    uint32_t qpn = 0;
+    cc::CcMode mode = cc::CcMode::kOff;
+    cc::DcqcnParams params;
+    bool limited = false;  // the reaction point limits the QP now
+    double rate_mbps = 0, target_mbps = 0, alpha = 0;
+    uint64_t cuts = 0, increases = 0;
+  };
+  // The device's defaults (qpn 0) then each QP, with the workers stopped
+  // for the copy.
+  std::vector<CcRow> CongestionControl();
   // The per-QP event trace (lab/trace.h): every QP of the device (or the
   // one its filter names), started and stopped while traffic runs. One at a
   // time: FailedPrecondition while one runs; NotFound to stop none.
@@ -493,6 +509,8 @@ class Device final : public Session {
   bool app_progress_ = true;
   bool measure_latency_ = false;  // DROCE_LATENCY: QPs record post-to-completion latencies
   uint32_t rate_kbps_ = 0, rate_burst_ = 0;  // DROCE_RATE: every QP's pacing from its creation
+  cc::CcMode cc_mode_ = cc::CcMode::kDcqcn;   // DROCE_CC, DROCE_DCQCN: every new QP's congestion control
+  cc::DcqcnParams dcqcn_;
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);
 
   // The device's tables: changed only by the control path (every worker

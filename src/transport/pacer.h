@@ -32,6 +32,20 @@ class Pacer {
     tokens_ = depth_;  // a new rate starts with a full bucket
     last_ns_ = now_ns;
   }
+  // A new rate for a running bucket (congestion control moves it often):
+  // what the old rate earned up to now stays, the depth follows the rate.
+  // From off, or to 0, this is Set.
+  void SetRate(uint32_t rate_kbps, uint64_t now_ns) {
+    if (rate_kbps_ == 0 || rate_kbps == 0) {
+      Set(rate_kbps, burst_bytes_, max_frame_, now_ns);
+      return;
+    }
+    Refill(now_ns);
+    rate_kbps_ = rate_kbps;
+    const uint64_t burst = burst_bytes_ != 0 ? burst_bytes_ : DefaultBurst(rate_kbps, max_frame_);
+    depth_ = burst > max_frame_ ? static_cast<double>(burst - max_frame_) : 0.0;
+    tokens_ = std::min(tokens_, depth_);
+  }
   // The path MTU changed: the depth follows.
   void SetMaxFrame(uint32_t max_frame, uint64_t now_ns) {
     if (max_frame != max_frame_) Set(rate_kbps_, burst_bytes_, max_frame, now_ns);

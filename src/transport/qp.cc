@@ -1,5 +1,6 @@
 #include "transport/qp.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -76,6 +77,10 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   ResetUdMtu();
   default_rate_kbps_ = init.rate_kbps;
   default_rate_burst_ = init.rate_burst;
+  cc_mode_ = init.cc;
+  dcqcn_ = init.dcqcn;
+  line_mbps_ = init.line_mbps;
+  ecn_ = cc_mode_ == cc::CcMode::kDcqcn ? cc::kEct0 : cc::kEcnNotEct;
   DefaultPacing();
 }
 
@@ -256,6 +261,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     attr_.max_burst_sz = a.max_burst_sz;
     attr_.typical_pkt_sz = a.typical_pkt_sz;
     pacer_.Set(a.rate_limit, a.max_burst_sz, MaxFrame(), env_->NowNs());
+    if (rp_.active()) ApplyCcRate(env_->NowNs());
     if (!pacer_.on()) paced_until_ns_ = 0;
   }
   if (mask & kAttrTimeout) attr_.timeout = a.timeout;
@@ -301,6 +307,32 @@ void Qp::DefaultPacing() {
   attr_.max_burst_sz = default_rate_burst_;
   attr_.typical_pkt_sz = 0;
   pacer_.Set(default_rate_kbps_, default_rate_burst_, MaxFrame(), env_->NowNs());
+  rp_.Configure(dcqcn_, line_mbps_);
+}
+
+void Qp::SetCongestionControl(cc::CcMode mode, const cc::DcqcnParams& p) {
+  cc_mode_ = mode;
+  dcqcn_ = p;
+  ecn_ = mode == cc::CcMode::kDcqcn ? cc::kEct0 : cc::kEcnNotEct;
+  rp_.Configure(p, line_mbps_);
+  ApplyCcRate(env_->NowNs());
+}
+
+// The pacer runs at the QP's own rate limit, or DCQCN's rate while its
+// reaction point limits the QP, whichever is lower; it keeps the QP's burst.
+void Qp::ApplyCcRate(uint64_t now_ns) {
+  uint32_t want = attr_.rate_limit;
+  if (rp_.active()) {
+    const uint32_t cc_kbps = std::max<uint32_t>(1, static_cast<uint32_t>(rp_.rate_mbps() * 1000));
+    want = want != 0 ? std::min(want, cc_kbps) : cc_kbps;
+  }
+  if (want == pacer_.rate_kbps()) return;
+  if (pacer_.on()) {
+    pacer_.SetRate(want, now_ns);
+  } else {
+    pacer_.Set(want, attr_.max_burst_sz, MaxFrame(), now_ns);
+  }
+  if (!pacer_.on()) paced_until_ns_ = 0;
 }
 
 void Qp::DropXrcSrq(const Srq* srq) {

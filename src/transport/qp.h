@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/counters.h"
+#include "cc/dcqcn.h"
 #include "common/spin_lock.h"
 #include "lab/histogram.h"
 #include "cq/cq.h"
@@ -206,6 +207,12 @@ struct QpInit {
   // Pacing from creation (and again after a reset), as IBV_QP_RATE_LIMIT
   // with this rate (kbps, 0: none) and burst (DROCE_RATE).
   uint32_t rate_kbps = 0, rate_burst = 0;
+  // Congestion control (cc/dcqcn.h; DROCE_CC, DROCE_DCQCN): off, or DCQCN
+  // with these parameters, under the port's line rate (Mb/s; ibv_query_port
+  // reports 25 Gb/s).
+  cc::CcMode cc = cc::CcMode::kOff;
+  cc::DcqcnParams dcqcn;
+  uint32_t line_mbps = 25000;
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -259,6 +266,13 @@ class Qp {
   bool HasResponses() const { return resp_head_ != resp_tail_; }
   // New receive WQEs were posted (flushes them in the error state).
   void OnRecvDoorbell();
+  // Congestion control, changed live (control path): the reaction point
+  // starts again at the line rate.
+  void SetCongestionControl(cc::CcMode mode, const cc::DcqcnParams& p);
+  cc::CcMode cc_mode() const { return cc_mode_; }
+  const cc::DcqcnParams& dcqcn() const { return dcqcn_; }
+  // DCQCN's reaction point (rate, target, alpha), read on the worker.
+  const cc::ReactionPoint& reaction_point() const { return rp_; }
   // The event trace's sink (nullptr: off). Set with the QP's worker stopped.
   void SetTrace(TraceSink* sink) { trace_ = sink; }
   // This QP's counters (common/counters.h): on the worker, or with Peek.
@@ -447,6 +461,23 @@ class Qp {
   Pacer pacer_;
   uint32_t default_rate_kbps_ = 0, default_rate_burst_ = 0;  // QpInit's
   void DefaultPacing();  // QpInit's rate, in attr_ and the pacer
+  // Congestion control (cc/dcqcn.h): the ECN bits of data packets (ECT(0)
+  // when on), the two DCQCN roles, and the pacer at the lower of the QP's
+  // rate limit and the reaction point's rate.
+  cc::CcMode cc_mode_ = cc::CcMode::kOff;
+  cc::DcqcnParams dcqcn_;
+  uint32_t line_mbps_ = 25000;
+  uint8_t ecn_ = 0;
+  cc::ReactionPoint rp_;
+  cc::NotificationPoint np_;
+  void ApplyCcRate(uint64_t now_ns);
+  void OnCongestionMark(const wire::PacketView& pkt);  // a CE-marked packet arrived
+  void OnCnp(const wire::PacketView& pkt);
+  // Data packets (requests, READ responses) leave ECN-capable with CC on,
+  // unless the address vector's traffic class chose ECN bits itself.
+  void MarkEct(wire::Path* path) const {
+    if ((path->tos & cc::kEcnMask) == cc::kEcnNotEct) path->tos |= ecn_;
+  }
   uint64_t paced_until_ns_ = 0;
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK
   uint64_t pace_now_ns_ = 0;     // the clock reading of the pacer's last check

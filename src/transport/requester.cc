@@ -1,6 +1,7 @@
 // Requester: send WQEs → packets (IBA 9.7.1 – 9.7.4). RC keeps every WQE
 // until the completer retires it; UC and UD complete a WQE once its last
 // packet is on the wire.
+#include <algorithm>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -213,6 +214,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   } else {
     path = PathTo(dmac_, dgid_, attr_.av);
   }
+  MarkEct(&path);
   const uint32_t frame_len = wire::outer_len(path) + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;
@@ -412,13 +414,28 @@ bool Qp::PollSend(unsigned budget) {
     }
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
     // Packet pacing (pacer.h): one clock reading per request when on.
+    // DCQCN (cc/dcqcn.h) limits through the pacer while its reaction
+    // point is active: its timers run here, lazily, before each request.
     if (pacer_.on()) [[unlikely]] {
       pace_now_ns_ = env_->NowNs();
-      if (!pacer_.Ready(pace_now_ns_, &paced_until_ns_)) return more;
+      if (rp_.active()) {
+        rp_.Advance(pace_now_ns_);
+        ApplyCcRate(pace_now_ns_);
+      }
+      if (pacer_.on() && !pacer_.Ready(pace_now_ns_, &paced_until_ns_)) {
+        if (rp_.active()) paced_until_ns_ = std::min(paced_until_ns_, std::max(rp_.next_increase_ns(), pace_now_ns_ + 1));
+        return more;
+      }
       paced_until_ns_ = 0;
     }
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
-    if (pacer_.on()) [[unlikely]] pacer_.Sent(last_tx_len_);
+    if (pacer_.on()) [[unlikely]] {
+      pacer_.Sent(last_tx_len_);
+      if (rp_.active()) {
+        rp_.OnSent(last_tx_len_, pace_now_ns_);
+        ApplyCcRate(pace_now_ns_);
+      }
+    }
     ++sent;
     if (rd) {
       // Requests start at most at resp_pkts (every rewind names the first

@@ -14,6 +14,7 @@ void Qp::OnPacket(const wire::PacketView& pkt) {
   Count(QpCounter::rcvd_pkts);  // every packet for this QP, as rxe counts
   Trace(TraceKind::kRx, pkt.bth.opcode, pkt.bth.psn, 0, pkt.payload_len);
   const uint32_t mask = pkt.info->mask;
+  if ((pkt.tos & cc::kEcnMask) == cc::kEcnCe) [[unlikely]] OnCongestionMark(pkt);
   if (mask & wire::kMaskResponse) {
     OnResponse(pkt);
   } else if (mask & wire::kMaskRequest) {
@@ -24,9 +25,55 @@ void Qp::OnPacket(const wire::PacketView& pkt) {
       case QpType::kXrcTgt: OnRequest(pkt); break;
       case QpType::kXrcIni: Count(QpCounter::malformed_pkts); break;  // it only sends
     }
+  } else if (mask & wire::kMaskCnp) {
+    OnCnp(pkt);
   } else {
-    Count(QpCounter::malformed_pkts);  // e.g. a CNP: congestion control comes later
+    Count(QpCounter::malformed_pkts);
   }
+}
+
+// DCQCN's notification point: a packet that met congestion on its way (a
+// switch set CE) makes this QP tell the sender's QP with a CNP, at most one
+// per min_time_between_cnps, formatted as ConnectX sends it (Annex A17.9.3):
+// BTH opcode 0x81, P_Key 0xFFFF, BECN set, PSN 0, 16 reserved zero bytes,
+// the ICRC; DSCP cnp_dscp and not ECN-capable, from the QP's UDP port.
+void Qp::OnCongestionMark(const wire::PacketView& pkt) {
+  Count(QpCounter::np_ecn_marked_roce_packets);
+  if (cc_mode_ == cc::CcMode::kOff || (pkt.info->mask & wire::kMaskCnp)) return;
+  const uint64_t now = env_->NowNs();
+  if (!np_.ShouldSend(now, dcqcn_.min_time_between_cnps)) return;
+  const uint32_t dqpn =
+      type_ == QpType::kUd ? wire::read_deth(pkt.ext(pkt.info->deth)).src_qp : attr_.dest_qpn;
+  wire::Path path = PathTo(pkt.smac, pkt.sip6, attr_.av);
+  path.tos = static_cast<uint8_t>(dcqcn_.cnp_dscp << 2);
+  const wire::OpcodeInfo& info = wire::opcode_info(wire::kCnp);
+  const uint32_t roce_len = info.length + wire::kIcrcLen;
+  const uint32_t frame_len = wire::outer_len(path) + roce_len;
+  TxFrame f;
+  if (!env_->AllocFrame(frame_len, &f)) return;  // a later mark sends one
+  uint8_t* bth = f.data + wire::write_outer(f.data, path, roce_len, ip_id_++);
+  wire::Bth b;
+  b.opcode = wire::kCnp;
+  b.becn = true;
+  b.dqpn = dqpn;
+  wire::write_bth(bth, b);
+  std::memset(bth + wire::kBthLen, 0, wire::kCnpPayloadLen);
+  wire::finish_icrc(f.data, frame_len);
+  Transmit(f, frame_len, b);
+  Count(QpCounter::np_cnp_sent);
+}
+
+// DCQCN's reaction point: a CNP for this QP cuts its rate (cc/dcqcn.h).
+void Qp::OnCnp(const wire::PacketView& pkt) {
+  (void)pkt;
+  if (cc_mode_ == cc::CcMode::kOff) {
+    Count(QpCounter::rp_cnp_ignored);
+    return;
+  }
+  Count(QpCounter::rp_cnp_handled);
+  const uint64_t now = env_->NowNs();
+  rp_.OnCnp(now);
+  ApplyCcRate(now);
 }
 
 void Qp::SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {

@@ -154,7 +154,8 @@ bool Qp::BuildReadResponse(Response& r) {
   }
   const uint32_t pad = (4 - (len & 3)) & 3;
   const uint32_t roce_len = info.length + len + pad + wire::kIcrcLen;
-  const wire::Path path = PathTo(r.dmac, r.dgid, attr_.av);
+  wire::Path path = PathTo(r.dmac, r.dgid, attr_.av);
+  MarkEct(&path);
   const uint32_t frame_len = wire::outer_len(path) + roce_len;
   TxFrame f;
   if (!env_->AllocFrame(frame_len, &f)) return false;

@@ -44,6 +44,9 @@ constexpr std::string_view kHelp =
     "  fault [show [dev DEV]]      the fault rules of the links and their counters\n"
     "  fault set [dev DEV] RULES   replace them (DROCE_FAULT's syntax, docs/LAB.md)\n"
     "  fault clear [dev DEV]\n"
+    "  cc [show [dev DEV] [qpn N]]  congestion control: each QP's DCQCN rate, target, alpha\n"
+    "  cc set [dev DEV] [qpn N] [dcqcn|off] [NAME=VALUE,...]\n"
+    "                              change it live (DROCE_DCQCN's names; docs/LAB.md)\n"
     "  trace [show [dev DEV]]\n"
     "  trace start [dev DEV] FILE [format json|csv] [qp N] [ring N]   the per-QP event trace\n"
     "  trace stop [dev DEV]\n"
@@ -92,7 +95,7 @@ class Args {
 
 // OBJECT [show ...]: the request the engine answers.
 Request Parse(const std::vector<std::string>& words) {
-  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture, fault, trace; see droce ctl help)"};
+  if (words.empty()) throw UsageError{"no object (dev, link, res, stat, client, metrics, capture, fault, trace, cc; see droce ctl help)"};
   Request r;
   r.object = words[0];
   size_t i = 1;
@@ -100,9 +103,12 @@ Request Parse(const std::vector<std::string>& words) {
   const bool capture_act = (r.object == "capture" || r.object == "trace") && words.size() > 1 &&
                            (words[1] == "start" || words[1] == "stop");
   const bool fault_act = r.object == "fault" && words.size() > 1 && (words[1] == "set" || words[1] == "clear");
-  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act || fault_act)) ++i;
+  const bool cc_act = r.object == "cc" && words.size() > 1 && words[1] == "set";
+  if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act || fault_act || cc_act)) ++i;
   else if (i < words.size() && (r.object == "capture" || r.object == "trace")) {
     throw UsageError{"unknown command '" + words[i] + "' for '" + r.object + "' (show, start or stop)"};
+  } else if (i < words.size() && r.object == "cc" && words[i] != "dev" && words[i] != "qpn") {
+    throw UsageError{"unknown command '" + words[i] + "' for 'cc' (show or set)"};
   } else if (i < words.size() && r.object == "fault") {
     throw UsageError{"unknown command '" + words[i] + "' for 'fault' (show, set or clear)"};
   } else if (i < words.size() && r.object != "metrics") {
@@ -206,11 +212,28 @@ Request Parse(const std::vector<std::string>& words) {
       if (rules.empty()) throw UsageError{"'fault set' needs the rules ('fault clear' removes them)"};
       r.req["rules"] = rules;
     }
+  } else if (r.object == "cc") {
+    r.req["cmd"] = "cc";
+    r.kind = cc_act ? "set" : "show";
+    r.req["action"] = r.kind;
+    std::string params;
+    while (!a.done()) {
+      const std::string k = a.next();
+      if (k == "dev" || k == "link") set_dev(a.value(k));
+      else if (k == "qpn" || k == "lqpn") r.req["qpn"] = a.number(k);
+      else if (r.kind == "set" && (k == "dcqcn" || k == "off")) r.req["mode"] = k;
+      else if (r.kind == "set" && k.find('=') != std::string::npos) params += (params.empty() ? "" : ",") + k;
+      else throw UsageError{"unexpected argument '" + k + "' for 'cc " + r.kind + "'"};
+    }
+    if (r.kind == "set" && !r.req.contains("mode") && params.empty()) {
+      throw UsageError{"'cc set' needs dcqcn, off and/or NAME=VALUE,..."};
+    }
+    if (!params.empty()) r.req["params"] = params;
   } else if (r.object == "metrics") {
     r.req["cmd"] = "metrics";
     if (!a.done()) throw UsageError{"'metrics' takes no arguments"};
   } else {
-    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture, fault, trace)"};
+    throw UsageError{"unknown object '" + r.object + "' (dev, link, res, stat, client, metrics, capture, fault, trace, cc)"};
   }
   if (!a.done()) throw UsageError{"unexpected argument '" + a.peek() + "'"};
   return r;

@@ -42,6 +42,7 @@
 #include "config/settings.h"
 #include "ctl.h"
 #include "lab/trace.h"
+#include "cc_scenario.h"
 #include "pcap_check.h"
 
 #ifndef DROCE_VERSION
@@ -161,6 +162,9 @@ constexpr std::string_view kUsage =
     "        res qp|cq|mr|pd, stat, client show|kill, metrics (see 'droce ctl help')\n"
     "  pcap-check [-v] FILE...\n"
     "        check every RoCEv2 packet of pcap/pcapng captures (headers, ICRC)\n"
+    "  cc-scenario [--scenario converge|incast|mixed] [--flows N] [--seed N] [--csv FILE] [--png FILE] ...\n"
+    "        a congestion-control experiment in virtual time: real droce QPs with DCQCN\n"
+    "        through one congested switch port (see 'droce cc-scenario --help', docs/LAB.md)\n"
     "  trace-dump [--csv|--json] FILE\n"
     "        print a binary event trace (DROCE_TRACE=FILE,format=binary) as JSON lines\n"
     "        (the default) or CSV\n"
@@ -331,7 +335,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     using droce::config::Setting;
     for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
                       Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan, Setting::kFault,
-                      Setting::kCapture, Setting::kTrace, Setting::kRate}) {
+                      Setting::kCapture, Setting::kTrace, Setting::kRate, Setting::kCc, Setting::kDcqcn}) {
       if (opt.flags[static_cast<size_t>(s)]) {
         return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
                                  " cannot be used with --daemon: droced owns the link (give it to droced)"));
@@ -860,6 +864,7 @@ int main(int argc, char** argv) {
   if (cmd == "exec") return CmdExec(args);
   if (cmd == "demo") return CmdDemo(args);
   if (cmd == "pcap-check") return PcapCheckMain(argc - 1, argv + 1);
+  if (cmd == "cc-scenario") return droce::cc_scenario::Main(argc - 1, argv + 1);
   if (cmd == "ctl") return droce::tools::CtlMain(args);
   if (cmd == "trace-dump") return CmdTraceDump(args);
   return UsageError(StrCat("unknown command '", cmd, "' (see 'droce help')"));

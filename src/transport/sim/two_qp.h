@@ -78,6 +78,11 @@ class SimLink {
   LinkStats stats;
   // Sees every frame as it is sent, at `clock` (before the fault dice).
   std::function<void(std::span<const uint8_t>)> on_send;
+  // Decides when a frame that survived the dice arrives, in place of the
+  // fixed 1 µs (a switch: cc/switch.h): sets *due, may rewrite the frame
+  // (ECN CE), returns false to drop it (counted in shaped_drop).
+  std::function<bool(uint8_t* data, uint32_t len, uint64_t now, uint64_t* due)> shaper;
+  uint64_t shaped_drop = 0;
 
   bool Alloc(uint32_t len, TxFrame* f) {
     if (len > kFrameCap) return false;
@@ -109,7 +114,13 @@ class SimLink {
       Push(clock + 1000 + rng_() % 5000, copy.data, len);
     }
     const uint64_t jitter = Roll(reorder_) ? 1000 + rng_() % 20000 : 0;
-    Push(clock + 1000 + jitter, f.data, len);
+    uint64_t due = clock + 1000 + jitter;
+    if (shaper && !shaper(f.data, len, clock, &due)) {
+      ++shaped_drop;
+      free_.push_back(f.data);
+      return;
+    }
+    Push(due, f.data, len);
   }
 
   // Puts a copy of `frame` on the link, due now (a test replaying a frame
@@ -280,6 +291,10 @@ struct SimQp {
   wire::Ipv6Addr ip6{};  // with has_ip6: the port's GID index 1
   bool has_ip6 = false;
   uint32_t rate_kbps = 0;  // QpInit::rate_kbps (DROCE_RATE), set before Init
+  uint32_t rate_burst = 0;  // QpInit::rate_burst
+  cc::CcMode cc = cc::CcMode::kOff;  // QpInit's congestion control, set before Init
+  cc::DcqcnParams dcqcn;
+  uint32_t line_mbps = 25000;
   uint32_t xrcd = 0;       // an XRC target's domain, set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
 
@@ -316,6 +331,10 @@ struct SimQp {
     init.port.has_ip6 = has_ip6;
     init.port.ip6 = ip6;
     init.rate_kbps = rate_kbps;
+    init.rate_burst = rate_burst;
+    init.cc = cc;
+    init.dcqcn = dcqcn;
+    init.line_mbps = line_mbps;
     if (type == QpType::kXrcTgt) {
       // No PD, queues or CQs of its own: each request names an SRQ
       // (env->xrc_srqs) that brings them.
