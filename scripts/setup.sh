@@ -33,6 +33,8 @@ packages=(
   iproute2 procps iputils-ping tcpdump
   # bench/run: dpdk-testpmd (the raw-DPDK ceiling) and the kernel TCP baselines
   dpdk-dev sockperf iperf3
+  # `droce cc-scenario --png`: plots of the congestion-control experiments
+  gnuplot-nox
 )
 
 missing=()

@@ -490,6 +490,7 @@ absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint
       j["matched"] = c.matched;
       j["dropped"] = c.dropped;
       j["corrupted"] = c.corrupted;
+      j["marked"] = c.marked;
       j["duplicated"] = c.duplicated;
       j["delayed"] = c.delayed;
       j["reordered"] = c.reordered;

@@ -97,7 +97,7 @@ void ReactionPoint::Deactivate() {
 uint64_t ReactionPoint::next_event_ns() const {
   if (!active_) return UINT64_MAX;
   uint64_t t = std::min(next_alpha_ns_, next_timer_ns_);
-  if (cut_pending_) t = std::min(t, last_cut_ns_ + p_.rate_reduce_monitor_period * kUs);
+  if (cut_pending_) t = std::min(t, cut_at_ns_);
   return t;
 }
 
@@ -106,23 +106,33 @@ void ReactionPoint::OnCnp(uint64_t now_ns) {
   if (!active_) {
     // The first CNP allocates a rate limiter (ConnectX: at
     // rate_to_set_on_first_cnp, 0 meaning the current rate) with alpha at
-    // its initial value, which stands for this CNP's sample.
+    // its initial value, which stands for this CNP's sample; the monitor
+    // periods start here.
     active_ = true;
     alpha_ = p_.initial_alpha_value / 1024.0;
     if (p_.rate_to_set_on_first_cnp != 0) rc_ = std::clamp<double>(p_.rate_to_set_on_first_cnp, min_, max_);
     rt_ = rc_;
     next_alpha_ns_ = now_ns + p_.dce_tcp_rtt * kUs;
+    // Nothing to recover from until the first cut: the timer and the byte
+    // counter start there.
+    next_timer_ns_ = UINT64_MAX;
     cnp_for_alpha_ = false;
     t_stage_ = b_stage_ = 0;
     bytes_ = 0;
+    period_origin_ns_ = now_ns;
+  } else {
+    cnp_for_alpha_ = true;
+  }
+  if (p_.rate_reduce_monitor_period == 0) {
     Cut(now_ns);
     return;
   }
-  cnp_for_alpha_ = true;
-  if (now_ns - last_cut_ns_ >= p_.rate_reduce_monitor_period * kUs) {
-    Cut(now_ns);
-  } else {
-    cut_pending_ = true;  // one cut per monitor period, at its end
+  if (!cut_pending_) {
+    // "the flow rate is reduced at the beginning of the next
+    // rate_reduce_monitor_period interval" (ConnectX's description).
+    const uint64_t period = p_.rate_reduce_monitor_period * kUs;
+    cut_pending_ = true;
+    cut_at_ns_ = period_origin_ns_ + ((now_ns - period_origin_ns_) / period + 1) * period;
   }
 }
 
@@ -140,7 +150,6 @@ void ReactionPoint::Cut(uint64_t at_ns) {
   t_stage_ = b_stage_ = 0;
   bytes_ = 0;
   next_timer_ns_ = at_ns + p_.rpg_time_reset * kUs;
-  last_cut_ns_ = at_ns;
   cut_pending_ = false;
   ++cuts_;
 }
@@ -175,7 +184,7 @@ void ReactionPoint::Increase(bool from_timer) {
 void ReactionPoint::OnSent(uint32_t bytes, uint64_t now_ns) {
   if (!active_) return;
   Advance(now_ns);
-  if (!active_ || p_.rpg_byte_reset == 0) return;
+  if (!active_ || p_.rpg_byte_reset == 0 || next_timer_ns_ == UINT64_MAX) return;
   bytes_ += bytes;
   while (active_ && bytes_ >= p_.rpg_byte_reset) {
     bytes_ -= p_.rpg_byte_reset;
@@ -186,7 +195,7 @@ void ReactionPoint::OnSent(uint32_t bytes, uint64_t now_ns) {
 void ReactionPoint::Advance(uint64_t now_ns) {
   const uint64_t rtt = p_.dce_tcp_rtt * kUs;
   while (active_) {
-    const uint64_t cut_at = cut_pending_ ? last_cut_ns_ + p_.rate_reduce_monitor_period * kUs : UINT64_MAX;
+    const uint64_t cut_at = cut_pending_ ? cut_at_ns_ : UINT64_MAX;
     const uint64_t t = std::min({next_alpha_ns_, cut_at, next_timer_ns_});
     if (t > now_ns) return;
     if (next_alpha_ns_ == t) {

@@ -71,8 +71,8 @@ class ReactionPoint {
  public:
   // line_mbps: the port's rate, the ceiling when rpg_max_rate is 0.
   void Configure(const DcqcnParams& p, double line_mbps);
-  // A CNP arrived at now_ns (handled: it may cut the rate now or at the end
-  // of the monitor period).
+  // A CNP arrived at now_ns: the rate is cut at the start of the next
+  // monitor period (at once with rate_reduce_monitor_period 0).
   void OnCnp(uint64_t now_ns);
   // `bytes` of requests left at now_ns (the byte counter).
   void OnSent(uint32_t bytes, uint64_t now_ns);
@@ -108,8 +108,10 @@ class ReactionPoint {
   bool active_ = false;
   double rc_ = 0, rt_ = 0, alpha_ = 0;
   bool cnp_for_alpha_ = false;  // a CNP since the last alpha update
-  bool cut_pending_ = false;    // a CNP that waits for the monitor period
-  uint64_t last_cut_ns_ = 0;
+  // Cuts happen at the start of monitor periods (rate_reduce_monitor_period
+  // long, counted from the first CNP) that follow a period with a CNP.
+  bool cut_pending_ = false;
+  uint64_t period_origin_ns_ = 0, cut_at_ns_ = 0;
   uint64_t next_alpha_ns_ = 0, next_timer_ns_ = 0;
   uint64_t bytes_ = 0;          // since the last byte-counter event
   uint32_t t_stage_ = 0, b_stage_ = 0;

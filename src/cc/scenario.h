@@ -39,7 +39,10 @@ struct ScenarioOptions {
   uint64_t incast_bytes = 512 * 1024;   // incast, mixed: each sender's burst
   uint64_t incast_period_us = 20'000;   // mixed
   double line_gbps = 25;             // each NIC
-  PortParams bottleneck;             // the switch port toward the receiver
+  // The switch port toward the receiver; 16 MB of buffer by default, so
+  // that it does not drop (DCQCN runs on lossless fabrics, with PFC, which
+  // this switch does not model): --buffer makes it shallow and lossy.
+  PortParams bottleneck = {.buffer_bytes = 16u << 20};
   CcMode cc = CcMode::kDcqcn;
   DcqcnParams dcqcn;
   uint32_t msg_bytes = 64 * 1024;    // each WRITE

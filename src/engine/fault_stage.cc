@@ -5,6 +5,7 @@
 #include <rte_mbuf.h>
 
 #include "absl/strings/str_cat.h"
+#include "cc/switch.h"
 #include "engine/capture_tap.h"
 #include "lab/roce_peek.h"
 
@@ -44,9 +45,16 @@ bool FaultStage::Judge(rte_mbuf* m, lab::Direction dir, uint64_t now_ns, lab::De
   info.opcode = p.opcode;
   info.psn = p.psn;
   info.len = len;
+  info.ecn = p.ecn;
   info.now_ns = now_ns;
   *d = engine_.Decide(info);
   return true;
+}
+
+void FaultStage::MarkCe(rte_mbuf* m) {
+  // The IP header is in the first segment (PeekRoce read it there, or the
+  // segment is shorter and MarkCe refuses).
+  cc::MarkCe(rte_pktmbuf_mtod(m, uint8_t*), m->data_len);
 }
 
 void FaultStage::Corrupt(rte_mbuf* m, uint32_t salt) {
@@ -94,6 +102,7 @@ void FaultStage::OnTx(std::vector<rte_mbuf*>* tx, size_t from, uint64_t now_ns, 
       if (rte_mbuf* c = rte_pktmbuf_copy(m, pool_, 0, UINT32_MAX); c != nullptr) copies_.push_back(c);
     }
     if (d.corrupt) Corrupt(m, d.corrupt_salt);
+    if (d.mark_ce) MarkCe(m);
     if (Hold(tx_hold_, m, d, now_ns)) continue;
     v[out++] = m;
     tx_hold_.Passed(1);
@@ -133,6 +142,7 @@ uint16_t FaultStage::OnRx(rte_mbuf** rx, uint16_t n, uint64_t now_ns, CaptureTap
       }
     }
     if (d.corrupt) Corrupt(m, d.corrupt_salt);
+    if (d.mark_ce) MarkCe(m);
     if (Hold(rx_hold_, m, d, now_ns)) continue;
     rx[out++] = m;
     rx_hold_.Passed(1);
@@ -163,7 +173,7 @@ std::vector<std::string> SumFaultReports(const std::vector<const FaultStage*>& s
   for (size_t i = 0; i < rules.size(); ++i) {
     const lab::RuleCounters& c = rules[i].counters;
     out.push_back(absl::StrCat("fault rule ", i + 1, " '", rules[i].text, "': matched ", c.matched,
-                               ", dropped ", c.dropped, ", corrupted ", c.corrupted, ", duplicated ", c.duplicated,
+                               ", dropped ", c.dropped, ", corrupted ", c.corrupted, ", marked ", c.marked, ", duplicated ", c.duplicated,
                                ", delayed ", c.delayed, ", reordered ", c.reordered));
   }
   if (overflow != 0) out.push_back(absl::StrCat("fault stage: ", overflow, " frames not held (queue full: sent as they were)"));

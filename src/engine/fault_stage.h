@@ -57,6 +57,7 @@ class FaultStage {
   // Whether m is a RoCEv2 frame; *d what the rules do to it.
   bool Judge(rte_mbuf* m, lab::Direction dir, uint64_t now_ns, lab::Decision* d);
   void Corrupt(rte_mbuf* m, uint32_t salt);
+  void MarkCe(rte_mbuf* m);  // ECN CE (a loss rule with `ecn`)
   // Holds m per d (delay or reorder); false if the queue is full.
   bool Hold(lab::HoldQueue<rte_mbuf*>& q, rte_mbuf* m, const lab::Decision& d, uint64_t now_ns);
 

@@ -115,6 +115,7 @@ std::string PacketNotes::Note(std::span<const uint8_t> frame, const Decision* d)
   if (d != nullptr) {
     if (d->drop) Add(&s, absl::StrCat("dropped by rule ", d->drop_rule));
     if (d->corrupt) Add(&s, absl::StrCat("ICRC corrupted by rule ", d->corrupt_rule));
+    if (d->mark_ce) Add(&s, absl::StrCat("ECN CE set by rule ", d->ce_rule));
     if (d->duplicate) Add(&s, absl::StrCat("duplicated by rule ", d->duplicate_rule));
     if (d->hold_packets != 0) {
       Add(&s, absl::StrCat("held behind ", d->hold_packets, " packets by rule ", d->reorder_rule, " (reorder)"));

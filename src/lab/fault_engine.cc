@@ -68,10 +68,18 @@ void FaultEngine::Apply(State& s, uint16_t number, const PacketInfo& p, Decision
   }
   // The dice, in a fixed order and number per model configured.
   if (s.loss.active() && s.loss.Lost(s.rng)) {
-    ++c.dropped;
-    d->drop = true;
-    d->drop_rule = number;
-    return;
+    if (r.ecn && p.ecn != 0) {
+      // netem's ecn: an ECN-capable packet is marked, not lost (one
+      // already CE stays so, counted as marked again).
+      ++c.marked;
+      d->mark_ce = true;
+      d->ce_rule = number;
+    } else {
+      ++c.dropped;
+      d->drop = true;
+      d->drop_rule = number;
+      return;
+    }
   }
   if (r.corrupt_p > 0 && s.corrupt_u.Next(s.rng) < r.corrupt_p) {
     ++c.corrupted;
@@ -133,7 +141,7 @@ std::vector<std::string> FaultEngine::Report() const {
   for (size_t i = 0; i < rules_.size(); ++i) {
     const RuleCounters& c = rules_[i].counters;
     out.push_back(absl::StrCat("rule ", i + 1, " '", rules_[i].rule.text, "': matched ", c.matched, ", dropped ",
-                               c.dropped, ", corrupted ", c.corrupted, ", duplicated ", c.duplicated, ", delayed ",
+                               c.dropped, ", corrupted ", c.corrupted, ", marked ", c.marked, ", duplicated ", c.duplicated, ", delayed ",
                                c.delayed, ", reordered ", c.reordered));
   }
   return out;

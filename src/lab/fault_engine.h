@@ -30,12 +30,14 @@ struct PacketInfo {
   uint8_t opcode = 0;
   uint32_t psn = 0;
   uint32_t len = 0;  // frame bytes, for `rate`
+  uint8_t ecn = 0;   // the packet's ECN bits: ECT(0)/ECT(1) may be marked CE instead of dropped
   uint64_t now_ns = 0;
 };
 
 struct Decision {
   bool drop = false;
   bool corrupt = false;
+  bool mark_ce = false;  // set ECN CE (a loss model with `ecn`)
   bool duplicate = false;
   // Send (or deliver) no earlier than this; 0: now.
   uint64_t release_ns = 0;
@@ -46,9 +48,9 @@ struct Decision {
   uint32_t corrupt_salt = 0;
   // Which rule (1-based; the last one to act) did each, for the capture's
   // comments; and when the decision was taken (the packet's now_ns).
-  uint16_t drop_rule = 0, corrupt_rule = 0, duplicate_rule = 0, delay_rule = 0, reorder_rule = 0;
+  uint16_t drop_rule = 0, corrupt_rule = 0, duplicate_rule = 0, delay_rule = 0, reorder_rule = 0, ce_rule = 0;
   uint64_t at_ns = 0;
-  bool passes() const { return !drop && !corrupt && !duplicate && release_ns == 0 && hold_packets == 0; }
+  bool passes() const { return !drop && !corrupt && !mark_ce && !duplicate && release_ns == 0 && hold_packets == 0; }
 };
 
 // What one rule did; one writer (the worker owning the engine).
@@ -56,6 +58,7 @@ struct RuleCounters {
   uint64_t matched = 0;     // packets that matched its filters
   uint64_t dropped = 0;     // lost (loss model or drop)
   uint64_t corrupted = 0;   // a byte of the ICRC flipped
+  uint64_t marked = 0;      // ECN CE set instead of a drop (`ecn`)
   uint64_t duplicated = 0;  // sent (delivered) twice
   uint64_t delayed = 0;     // held until a later time (delay, rate)
   uint64_t reordered = 0;   // sent out of order (reorder)
@@ -63,6 +66,7 @@ struct RuleCounters {
     matched += x.matched;
     dropped += x.dropped;
     corrupted += x.corrupted;
+    marked += x.marked;
     duplicated += x.duplicated;
     delayed += x.delayed;
     reordered += x.reordered;

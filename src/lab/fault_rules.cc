@@ -104,6 +104,8 @@ class RuleParser {
         r.gap = static_cast<uint32_t>(g);
       } else if (w == "duplicate") {
         if (absl::Status s = ProbabilityAndCorrelation("duplicate", &r.duplicate_p, &r.duplicate_corr); !s.ok()) return s;
+      } else if (w == "ecn") {
+        r.ecn = true;
       } else if (w == "corrupt") {
         if (absl::Status s = ProbabilityAndCorrelation("corrupt", &r.corrupt_p, &r.corrupt_corr); !s.ok()) return s;
       } else if (w == "rate") {
@@ -154,6 +156,7 @@ class RuleParser {
     const bool model = r.loss != LossKind::kNone || r.has_delay || r.has_reorder || r.duplicate_p > 0 ||
                        r.corrupt_p > 0 || r.rate_bps != 0 || r.drop;
     if (!model) return Error("no fault in it (loss, delay, reorder, duplicate, corrupt, rate or drop)");
+    if (r.ecn && r.loss == LossKind::kNone) return Error("'ecn' marks what a loss model would drop: give one (e.g. loss random 1% ecn)");
     if (r.drop && !saw_drop_target && r.drop_count == 0 && r.drop_for_ns == 0) {
       return Error("'drop' alone would drop everything: name what (psn, qp, acks, opcode) or limit it (count, for)");
     }

@@ -56,6 +56,10 @@ struct FaultRule {
   // 1-h (loss in the bad state), 1-k (loss in the good state).
   double loss_p[5] = {0, 0, 0, 0, 0};
   double loss_corr = 0;
+  // netem's `ecn`: what the loss model would drop is marked ECN CE instead
+  // when the packet is ECN-capable (a congested switch's RED/ECN; DCQCN's
+  // notification point answers with CNPs); other packets are still dropped.
+  bool ecn = false;
   bool has_delay = false;
   uint64_t delay_ns = 0, jitter_ns = 0;
   double delay_corr = 0;

@@ -20,6 +20,7 @@ struct RocePeek {
   uint32_t psn = 0;
   uint32_t icrc_offset = 0;  // the ICRC's first byte from the frame's start
   uint32_t bth_offset = 0;   // the BTH's first byte
+  uint8_t ecn = 0;           // the IP header's ECN bits (RFC 3168)
 };
 
 // Whether `f` (len bytes, contiguous) looks like a RoCEv2 frame; fills *out.
@@ -40,10 +41,12 @@ inline bool PeekRoce(const uint8_t* f, uint32_t len, RocePeek* out) {
     if ((f[l3] >> 4) != 4 || ihl < 20 || f[l3 + 9] != 17) return false;
     l4 = l3 + ihl;
     l3_end = l3 + wire::load_be16(f + l3 + 2);
+    out->ecn = f[l3 + 1] & 3;
   } else if (type == 0x86DD) {
     if (len < l3 + 40 || f[l3 + 6] != 17) return false;
     l4 = l3 + 40;
     l3_end = l4 + wire::load_be16(f + l3 + 4);
+    out->ecn = (f[l3 + 1] >> 4) & 3;
   } else {
     return false;
   }

@@ -177,7 +177,9 @@ TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
   const uint8_t* g = buf_.data() + 8192;
   const uint32_t vtf = uint32_t{g[0]} << 24 | uint32_t{g[1]} << 16 | uint32_t{g[2]} << 8 | g[3];
   EXPECT_EQ(vtf >> 28, 6u);
-  EXPECT_EQ((vtf >> 20) & 0xFF, 0x28u);
+  // The AH's DSCP; its ECN bits were 0, so the packet left ECN-capable,
+  // ECT(0), as DROCE_CC=dcqcn (the default) sends data.
+  EXPECT_EQ((vtf >> 20) & 0xFF, 0x28u | 0x2);
   EXPECT_EQ(vtf & 0xFFFFF, 0x12345u);
   EXPECT_EQ(g[4] << 8 | g[5], 8 + 12 + 8 + 12 + 4);  // UDP, BTH, DETH, payload, ICRC
   EXPECT_EQ(g[6], 17);
@@ -191,7 +193,7 @@ TEST_F(LoopbackIpv6, UdOverGidIndexOneCarriesTheIpv6HeaderAsGrh) {
   EXPECT_EQ(back_attr.is_global, 1);
   EXPECT_EQ(back_attr.grh.sgid_index, 1);
   EXPECT_EQ(std::memcmp(back_attr.grh.dgid.raw, ip6_, 16), 0);
-  EXPECT_EQ(back_attr.grh.traffic_class, 0x28);
+  EXPECT_EQ(back_attr.grh.traffic_class, 0x28 | 0x2);
   EXPECT_EQ(back_attr.grh.flow_label, 0x12345u);
   ibv_ah* back = ibv_create_ah_from_wc(pd_, &r[0], grh, 1);
   ASSERT_NE(back, nullptr);

@@ -33,7 +33,7 @@ TEST(DcqcnParams, ParsesFormatsAndRefuses) {
   EXPECT_EQ(q, DcqcnParams{});  // a refused list changes nothing
 }
 
-TEST(Dcqcn, FirstCnpCutsByHalfAlpha) {
+TEST(Dcqcn, FirstCnpCutsAtTheNextMonitorPeriod) {
   ReactionPoint rp;
   rp.Configure(DcqcnParams{}, kLine);
   EXPECT_FALSE(rp.active());
@@ -41,54 +41,79 @@ TEST(Dcqcn, FirstCnpCutsByHalfAlpha) {
   rp.OnCnp(1000 * kUs);
   ASSERT_TRUE(rp.active());
   const double a0 = 1023.0 / 1024;  // initial_alpha_value
+  const double g = 5.0 / 1024;      // (1024 - dce_tcp_g) / 1024
   EXPECT_DOUBLE_EQ(rp.alpha(), a0);
-  // Rc = Rc (1 - alpha / 2), Rt = the rate before the cut.
-  EXPECT_DOUBLE_EQ(rp.rate_mbps(), kLine * (1 - a0 / 2));
-  EXPECT_DOUBLE_EQ(rp.target_mbps(), kLine);
-  // No CNP in the next dce_tcp_rtt: alpha = (1 - g) alpha, g = 5/1024.
+  EXPECT_EQ(rp.rate_mbps(), kLine);  // not yet: at the start of the next period
+  // No CNP in the next dce_tcp_rtt: alpha = (1 - g) alpha.
   rp.Advance(1001 * kUs);
-  EXPECT_DOUBLE_EQ(rp.alpha(), a0 * 1019 / 1024);
-  // Ten periods without CNP.
-  rp.Advance(1010 * kUs);
-  EXPECT_NEAR(rp.alpha(), a0 * std::pow(1019.0 / 1024, 10), 1e-15);
+  EXPECT_DOUBLE_EQ(rp.alpha(), a0 * (1 - g));
+  EXPECT_EQ(rp.cuts(), 0u);
+  // 4 µs (rate_reduce_monitor_period) after the first CNP: alpha's update
+  // of that microsecond, then Rc = Rc (1 - alpha / 2) with Rt the rate
+  // before the cut.
+  rp.Advance(1004 * kUs);
+  const double a4 = a0 * std::pow(1 - g, 4);
+  EXPECT_NEAR(rp.alpha(), a4, 1e-15);
+  EXPECT_EQ(rp.cuts(), 1u);
+  EXPECT_NEAR(rp.rate_mbps(), kLine * (1 - a4 / 2), 1e-9);
+  EXPECT_DOUBLE_EQ(rp.target_mbps(), kLine);
+  // Ten periods without CNP: no cut, alpha decays.
+  rp.Advance(1014 * kUs);
+  EXPECT_EQ(rp.cuts(), 1u);
+  EXPECT_NEAR(rp.alpha(), a0 * std::pow(1 - g, 14), 1e-15);
 }
 
 TEST(Dcqcn, CnpRaisesAlphaAtTheNextUpdate) {
   ReactionPoint rp;
   rp.Configure(DcqcnParams{}, kLine);
   rp.OnCnp(0);
+  rp.Advance(4 * kUs);
   const double r1 = rp.rate_mbps();
-  rp.OnCnp(10 * kUs + 500);  // 10.5 µs: a second cut (the monitor period is 4 µs)
-  const double a10 = 1023.0 / 1024 * std::pow(1019.0 / 1024, 10);
+  rp.OnCnp(10 * kUs + 500);  // 10.5 µs: cut at 12 µs, the next period's start
+  const double g = 5.0 / 1024;
+  const double a10 = 1023.0 / 1024 * std::pow(1 - g, 10);
   EXPECT_NEAR(rp.alpha(), a10, 1e-15);
-  EXPECT_NEAR(rp.rate_mbps(), r1 * (1 - a10 / 2), 1e-9);
+  EXPECT_DOUBLE_EQ(rp.rate_mbps(), r1);
+  rp.Advance(11 * kUs);  // the update at 11 µs saw the CNP
+  const double a11 = a10 * (1 - g) + g;
+  EXPECT_NEAR(rp.alpha(), a11, 1e-15);
+  rp.Advance(12 * kUs);
+  const double a12 = a11 * (1 - g);
+  EXPECT_NEAR(rp.alpha(), a12, 1e-15);
+  EXPECT_NEAR(rp.rate_mbps(), r1 * (1 - a12 / 2), 1e-9);
   // The target is not clamped again: no timer increase came in between.
   EXPECT_DOUBLE_EQ(rp.target_mbps(), kLine);
-  rp.Advance(11 * kUs);  // the update at 11 µs saw the CNP
-  EXPECT_NEAR(rp.alpha(), a10 * 1019 / 1024 + 5.0 / 1024, 1e-15);
 }
 
 TEST(Dcqcn, MonitorPeriodAllowsOneCutPerPeriod) {
   ReactionPoint rp;
   rp.Configure(DcqcnParams{}, kLine);
-  rp.OnCnp(100 * kUs);
-  EXPECT_EQ(rp.cuts(), 1u);
+  rp.OnCnp(100 * kUs);  // periods start at 100, 104, 108 ... µs
   rp.OnCnp(101 * kUs + 100);
   rp.OnCnp(102 * kUs + 100);
-  EXPECT_EQ(rp.cuts(), 1u);  // held until 104 µs
-  const double before = rp.rate_mbps();
+  EXPECT_EQ(rp.cuts(), 0u);
   rp.Advance(104 * kUs);
+  EXPECT_EQ(rp.cuts(), 1u);  // one cut for three CNPs
+  rp.OnCnp(104 * kUs + 300);
+  rp.OnCnp(107 * kUs + 900);
+  rp.Advance(107 * kUs + 999);
+  EXPECT_EQ(rp.cuts(), 1u);
+  rp.Advance(108 * kUs);
   EXPECT_EQ(rp.cuts(), 2u);
-  // alpha at 104 µs, before the cut: updates at 101 (no CNP yet), 102 and
-  // 103 (CNPs) and 104 (none since 103), alpha before cut runs first.
-  const double g = 5.0 / 1024;
-  double a = 1023.0 / 1024;
-  a *= 1 - g;              // 101
-  a = (1 - g) * a + g;     // 102
-  a = (1 - g) * a + g;     // 103
-  a *= 1 - g;              // 104
-  EXPECT_NEAR(rp.alpha(), a, 1e-15);
-  EXPECT_NEAR(rp.rate_mbps(), before * (1 - a / 2), 1e-9);
+  rp.Advance(200 * kUs);
+  EXPECT_EQ(rp.cuts(), 2u);  // no CNP since: no cut
+}
+
+TEST(Dcqcn, NoMonitorPeriodCutsAtEachCnp) {
+  DcqcnParams p;
+  p.rate_reduce_monitor_period = 0;
+  ReactionPoint rp;
+  rp.Configure(p, kLine);
+  rp.OnCnp(0);
+  EXPECT_EQ(rp.cuts(), 1u);
+  EXPECT_DOUBLE_EQ(rp.rate_mbps(), kLine * (1 - 1023.0 / 2048));
+  rp.OnCnp(500);
+  EXPECT_EQ(rp.cuts(), 2u);
 }
 
 TEST(Dcqcn, IncreasePhasesFastRecoveryAdditiveHyper) {
@@ -97,41 +122,45 @@ TEST(Dcqcn, IncreasePhasesFastRecoveryAdditiveHyper) {
   ReactionPoint rp;
   rp.Configure(p, kLine);
   rp.OnCnp(0);
+  rp.Advance(4 * kUs);  // the first CNP's cut; the timer restarts from it
+  ASSERT_EQ(rp.cuts(), 1u);
   double rc = rp.rate_mbps(), rt = rp.target_mbps();
-  // 300 µs: stage 0 < F = 1, fast recovery.
-  rp.Advance(300 * kUs);
+  // 304 µs: stage 0 < F = 1, fast recovery.
+  rp.Advance(304 * kUs);
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
   EXPECT_DOUBLE_EQ(rp.target_mbps(), rt);
   // 600 µs: stage 1 == F, additive increase by rpg_ai_rate... but the
   // target is the line rate already: it stays there.
-  rp.Advance(600 * kUs);
+  rp.Advance(604 * kUs);
   rc = (std::min(rt + 5, kLine) + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
   EXPECT_EQ(rp.time_stage(), 2u);
   // A CNP now: the timer raised the rate since the last cut, so the target
   // is clamped to the rate before this cut.
-  rp.OnCnp(700 * kUs);
+  rp.OnCnp(700 * kUs + 500);
+  rp.Advance(704 * kUs);  // the cut: 700.5 µs is in the period [700, 704)
+  ASSERT_EQ(rp.cuts(), 2u);
   const double a = rp.alpha();
   EXPECT_DOUBLE_EQ(rp.target_mbps(), rc);
   rt = rc;
   rc = rc * (1 - a / 2);
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
-  // 1000 µs FR, 1300 µs AI (+5), 1600 µs HI (+50), 1900 µs HI (+50).
-  rp.Advance(1000 * kUs);
+  // 1004 µs FR, 1304 µs AI (+5), 1604 µs HI (+50), 1904 µs HI (+50).
+  rp.Advance(1004 * kUs);
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
-  rp.Advance(1300 * kUs);
+  rp.Advance(1304 * kUs);
   rt += 5;
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.target_mbps(), rt);
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
-  rp.Advance(1600 * kUs);
+  rp.Advance(1604 * kUs);
   rt += 50;
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.target_mbps(), rt);
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
-  rp.Advance(1900 * kUs);
+  rp.Advance(1904 * kUs);
   rt += 50;
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
@@ -141,18 +170,19 @@ TEST(Dcqcn, ByteCounterRaisesTheRate) {
   ReactionPoint rp;
   rp.Configure(DcqcnParams{}, kLine);
   rp.OnCnp(0);
+  rp.Advance(4 * kUs);
   double rc = rp.rate_mbps();
   const double rt = rp.target_mbps();
-  rp.OnSent(32766, 1 * kUs);
+  rp.OnSent(32766, 5 * kUs);
   EXPECT_EQ(rp.byte_stage(), 0u);
-  rp.OnSent(1, 2 * kUs);  // 32767 bytes: one byte-counter event, fast recovery
+  rp.OnSent(1, 6 * kUs);  // 32767 bytes: one byte-counter event, fast recovery
   EXPECT_EQ(rp.byte_stage(), 1u);
   rc = (rt + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
   // Three more events at once (3 × 32767 bytes): stage 1 with the timer's
   // stage 0 is still "one counter at F": additive, then additive (b 2 > F,
   // t 0), each capped at the line rate.
-  rp.OnSent(3 * 32767, 3 * kUs);
+  rp.OnSent(3 * 32767, 7 * kUs);
   EXPECT_EQ(rp.byte_stage(), 4u);
   for (int i = 0; i < 3; ++i) rc = (std::min(rt + 5, kLine) + rc) / 2;
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), rc);
@@ -166,6 +196,7 @@ TEST(Dcqcn, FloorAndRelease) {
   ReactionPoint rp;
   rp.Configure(p, kLine);
   for (uint64_t t = 0; t < 20; ++t) rp.OnCnp(t * kUs + 500);
+  EXPECT_EQ(rp.cuts(), 20u);
   EXPECT_DOUBLE_EQ(rp.rate_mbps(), 1000);  // never below rpg_min_rate
   // Without CNPs the timer and byte counter bring it back; within 1 Mb/s of
   // the line rate the limiter is released.
@@ -188,7 +219,9 @@ TEST(Dcqcn, RateToSetOnFirstCnpAndMaxRate) {
   EXPECT_EQ(rp.max_mbps(), 10000);
   rp.OnCnp(0);
   EXPECT_DOUBLE_EQ(rp.target_mbps(), 4000);
-  EXPECT_DOUBLE_EQ(rp.rate_mbps(), 4000 * (1 - 1023.0 / 2048));
+  EXPECT_DOUBLE_EQ(rp.rate_mbps(), 4000);
+  rp.Advance(4 * kUs);
+  EXPECT_NEAR(rp.rate_mbps(), 4000 * (1 - 1023.0 / 1024 * std::pow(1019.0 / 1024, 4) / 2), 1e-9);
 }
 
 // A reference written straight from the equations, stepping every
@@ -198,7 +231,7 @@ struct Reference {
   DcqcnParams p;
   double rc = kLine, rt = kLine, alpha = 0;
   bool active = false, cnp_seen = false, pending = false;
-  uint64_t last_cut_us = 0, next_alpha_us = 0, next_timer_us = 0;
+  uint64_t origin_us = 0, cut_at_us = 0, next_alpha_us = 0, next_timer_us = 0;
   uint32_t t_stage = 0;
 
   void Cut(uint64_t t) {
@@ -206,7 +239,6 @@ struct Reference {
     rc = std::max<double>(p.rpg_min_rate, rc * std::max(1 - alpha / 2, p.rpg_min_dec_fac / 100.0));
     t_stage = 0;
     next_timer_us = t + p.rpg_time_reset;
-    last_cut_us = t;
     pending = false;
   }
   void Tick(uint64_t t) {
@@ -217,7 +249,7 @@ struct Reference {
       cnp_seen = false;
       next_alpha_us += p.dce_tcp_rtt;
     }
-    if (pending && t == last_cut_us + p.rate_reduce_monitor_period) Cut(t);
+    if (pending && t == cut_at_us) Cut(t);
     if (t == next_timer_us) {
       next_timer_us += p.rpg_time_reset;
       const uint32_t f = p.rpg_threshold;
@@ -232,20 +264,23 @@ struct Reference {
       }
     }
   }
-  void Cnp(uint64_t t_us) {  // at t_us + 0.5
+  void Cnp(uint64_t t) {
     if (!active) {
       active = true;
       alpha = p.initial_alpha_value / 1024.0;
       rt = rc;
-      next_alpha_us = t_us + p.dce_tcp_rtt;
+      next_alpha_us = t + p.dce_tcp_rtt;
+      next_timer_us = UINT64_MAX;  // from the first cut
       cnp_seen = false;
       t_stage = 0;
-      Cut(t_us);
-      return;
+      origin_us = t;
+    } else {
+      cnp_seen = true;
     }
-    cnp_seen = true;
-    if (t_us - last_cut_us >= p.rate_reduce_monitor_period) Cut(t_us);
-    else pending = true;
+    if (!pending) {
+      pending = true;
+      cut_at_us = origin_us + ((t - origin_us) / p.rate_reduce_monitor_period + 1) * p.rate_reduce_monitor_period;
+    }
   }
 };
 

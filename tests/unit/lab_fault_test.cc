@@ -431,3 +431,36 @@ TEST(LabPeek, ReadsTheBthAndFindsTheIcrc) {
 
 }  // namespace
 }  // namespace droce::lab
+
+namespace droce::lab {
+namespace {
+
+// netem's `ecn`: the loss model's victims are marked CE when ECN-capable
+// (issue 17: a congested switch's marks on a live link), dropped otherwise.
+TEST(LabEcn, MarksEcnCapablePacketsInsteadOfDropping) {
+  FaultEngine e(Rules("loss random 10% ecn seed 7"));
+  uint64_t marked = 0, dropped = 0;
+  for (int i = 0; i < 100'000; ++i) {
+    PacketInfo p = Packet(static_cast<uint32_t>(i), uint64_t(i) * 1000);
+    p.ecn = (i % 2 == 0) ? 2 : 0;  // ECT(0) or not ECN-capable, alternately
+    const Decision d = e.Decide(p);
+    EXPECT_FALSE(d.drop && d.mark_ce);
+    if (d.mark_ce) {
+      EXPECT_EQ(p.ecn, 2);
+      EXPECT_EQ(d.ce_rule, 1);
+      EXPECT_FALSE(d.passes());
+    }
+    if (d.drop) EXPECT_EQ(p.ecn, 0);
+    marked += d.mark_ce;
+    dropped += d.drop;
+  }
+  EXPECT_EQ(e.counters(0).marked, marked);
+  EXPECT_EQ(e.counters(0).dropped, dropped);
+  EXPECT_NEAR(static_cast<double>(marked) / 50'000, 0.10, 0.01);
+  EXPECT_NEAR(static_cast<double>(dropped) / 50'000, 0.10, 0.01);
+  EXPECT_NE(Refusal("ecn").find("no fault"), std::string::npos);
+  EXPECT_NE(Refusal("duplicate 1% ecn").find("loss model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace droce::lab

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "  --duration-ms N (100)  --sample-us N (100)  --stagger-us N (1000)\n"
     "  --warmup-ms N (40)  --window-ms N (10)   fairness and utilisation windows\n"
     "  --incast-bytes N (524288)  --period-ms N (20)\n"
-    "  --line-gbps G (25)  --bottleneck-gbps G (25)  --buffer BYTES (1048576)\n"
+    "  --line-gbps G (25)  --bottleneck-gbps G (25)  --buffer BYTES (16777216: no drops)\n"
     "  --kmin BYTES (5120)  --kmax BYTES (204800)  --pmax P (0.01)  --delay-us N (1)\n"
     "  --cc dcqcn|off (dcqcn)  --dcqcn NAME=VALUE,...  (ConnectX's DCQCN knobs, docs/LAB.md)\n"
     "  --msg BYTES (65536)  --outstanding N (8)  --mtu 256|512|1024|2048|4096 (1024)\n"
