@@ -9,6 +9,12 @@
 #   2. corrupt 5% — the client's engine counts the corrupted frames in
 #      icrc_err (read from its DROCE_STATS=1 report), as many as the server
 #      corrupted (less any still in flight when the client closed).
+#   3. rx loss random 20% ecn — congestion marks on a live link (issue 17):
+#      the server's stage sets ECN CE on ECN-capable frames it receives
+#      (DROCE_CC=dcqcn, the default, sends data ECT(0)), its QPs count each
+#      in np_ecn_marked_roce_packets and answer with CNPs, and the client's
+#      DCQCN acts on them (rp_cnp_handled). Frames that are not ECN-capable
+#      (ACKs) are dropped instead, as netem's ecn does.
 #
 # usage: fault_pair.sh LAUNCHER IBV_RC_PINGPONG
 # Each pair is run by pingpong_pair.sh (bounded by `timeout`, every process
@@ -84,5 +90,28 @@ if [ -z "$icrc" ] || [ "$icrc" -gt "$corrupted" ] || [ $(( corrupted - icrc )) -
   cat "$c"
   exit 1
 fi
+# 3. ECN marks: CNPs from the server's notification point to the client's
+# reaction point.
+pair ecn 'rx loss random 20% ecn' -g 0 -n 300 -s 4096 -c
+s="$logs/ecn/server.log"
+c="$logs/ecn/client.log"
+grep -E "fault rule" "$s" | sed 's/^/[server] /'
+stat() { sed -nE "s/^droce: +$2 +([0-9]+).*/\1/p" "$1" | head -n1; }
+marked=$(counter "$s" 1 marked)
+np_marked=$(stat "$s" np_ecn_marked_roce_packets)
+np_sent=$(stat "$s" np_cnp_sent)
+rp_handled=$(stat "$c" rp_cnp_handled)
+echo "[server] marked ${marked:-?}, np_ecn_marked_roce_packets ${np_marked:-?}, np_cnp_sent ${np_sent:-?}; [client] rp_cnp_handled ${rp_handled:-?}"
+if [ -z "$marked" ] || [ "$marked" -eq 0 ] || [ "${np_marked:-0}" -ne "$marked" ]; then
+  echo "FAIL: ecn: the stage marked ${marked:-0} frames, the QPs counted ${np_marked:-0}"; cat "$s"; exit 1
+fi
+if [ -z "$np_sent" ] || [ "$np_sent" -eq 0 ] || [ "$np_sent" -gt "$np_marked" ]; then
+  echo "FAIL: ecn: ${np_sent:-0} CNPs for $np_marked marked packets"; exit 1
+fi
+if [ -z "$rp_handled" ] || [ "$rp_handled" -gt "$np_sent" ] || [ $(( np_sent - rp_handled )) -gt 2 ]; then
+  echo "FAIL: ecn: the server sent $np_sent CNPs, the client handled ${rp_handled:-0}"; cat "$c"; exit 1
+fi
+
 echo "PASS: rc_pingpong -c recovered from loss/reorder/duplicate (dropped $dropped, reordered $reordered," \
-  "duplicated $duplicated); corrupt: $corrupted corrupted, peer icrc_err $icrc"
+  "duplicated $duplicated); corrupt: $corrupted corrupted, peer icrc_err $icrc;" \
+  "ecn: $marked marked, $np_sent CNPs sent, $rp_handled handled by DCQCN"
