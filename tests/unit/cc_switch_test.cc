@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cc/dcqcn.h"
+#include "cc/forwarder.h"
 #include "wire/build.h"
 #include "wire/frame.h"
 
@@ -141,6 +142,49 @@ TEST(CcSwitch, MarkCeKeepsTheFrameValid) {
   }
   uint8_t junk[10] = {};
   EXPECT_EQ(MarkCe(junk, sizeof(junk)), 0);
+}
+
+// The live switch's decisions (droce-switch): learning, flooding, the
+// egress model per port.
+TEST(CcForwarder, LearnsFloodsAndQueuesPerPort) {
+  PortParams pp;
+  pp.rate_bps = 8'000'000'000;  // 1 ns a byte
+  pp.delay_ns = 0;
+  pp.buffer_bytes = 3000;
+  Forwarder f(3, pp);
+  auto frame = [](uint8_t dst, uint8_t src) {
+    std::vector<uint8_t> v(1000, 0);
+    v[0] = dst == 0xFF ? 0xFF : 2;
+    for (int i = 1; i < 6; ++i) v[i] = dst == 0xFF ? 0xFF : 0;
+    v[5] = dst;
+    v[6] = 2;
+    v[11] = src;
+    return v;
+  };
+  std::vector<Forwarder::Copy> out;
+  // Unknown destination: flooded to the two other ports.
+  f.Ingress(0, frame(0xB, 0xA).data(), 1000, false, 0, &out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].port, 1);
+  EXPECT_EQ(out[1].port, 2);
+  EXPECT_EQ(f.flooded, 1u);
+  // B answers from port 1: A is known on port 0, so one copy, and B is learned.
+  f.Ingress(1, frame(0xA, 0xB).data(), 1000, false, 0, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].port, 0);
+  EXPECT_EQ(out[0].release_ns, 1000u);
+  // Broadcast floods.
+  f.Ingress(2, frame(0xFF, 0xC).data(), 1000, false, 0, &out);
+  EXPECT_EQ(out.size(), 2u);
+  // Port 1 toward B holds the first flood and the broadcast (2000 B at
+  // t = 0): one more fits the 3000-byte buffer, the next two are dropped.
+  for (int i = 0; i < 3; ++i) f.Ingress(0, frame(0xB, 0xA).data(), 1000, false, 0, &out);
+  EXPECT_TRUE(out.empty());  // the last one
+  EXPECT_EQ(f.port(1).stats.dropped, 2u);
+  EXPECT_EQ(f.port(1).stats.frames, 3u);
+  // A frame shorter than an Ethernet header goes nowhere.
+  f.Ingress(0, frame(0xB, 0xA).data(), 10, false, 0, &out);
+  EXPECT_TRUE(out.empty());
 }
 
 }  // namespace

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# droce-switch (tools/droce_switch/, issue 17 item 3b): ib_write_bw between
+# two droce processes through a live congested switch port. The switch is the
+# memif server of two links; the perftest server and client connect to it as
+# memif clients. Its egress port toward the server runs at 2 Gb/s with RED/ECN
+# (Kmin 10 KB, Kmax 100 KB, Pmax 20 %): it must mark, the server's QP must
+# answer with CNPs (np_cnp_sent), the client's DCQCN must act on them
+# (rp_cnp_handled), and the bandwidth must stay at or below the bottleneck.
+#
+# usage: switch_pair.sh LAUNCHER DROCE_SWITCH IB_WRITE_BW
+# Every process is bounded by `timeout` and killed on exit.
+set -u
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LAUNCHER DROCE_SWITCH IB_WRITE_BW" >&2
+  exit 2
+fi
+launcher=$1
+switch=$2
+program=$3
+if ! command -v "$program" >/dev/null 2>&1; then
+  echo "SKIP: '$program' not found (install perftest: scripts/setup.sh)"
+  exit 77
+fi
+dir=$(mktemp -d /tmp/droce-switch.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM -- "$p" 2>/dev/null; done
+  sleep 0.2
+  for p in "${pids[@]}"; do kill -KILL -- "$p" 2>/dev/null; done
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
+
+setsid timeout 60 "$switch" --port "$dir/a.sock" --port "$dir/b.sock" --rate 2gbit \
+  --kmin 10000 --kmax 100000 --pmax 0.2 --duration 30 >"$dir/switch.log" 2>&1 &
+sw=$!
+pids+=("$sw")
+for _ in $(seq 1 50); do
+  [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break
+  sleep 0.1
+done
+[ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] || fail "the switch made no sockets"
+
+port=$(( 20000 + RANDOM % 20000 ))
+DROCE_STATS=1 setsid timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/a.sock,socket-abstract=no" \
+  --ip 10.78.0.1/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" >"$dir/server.log" 2>&1 &
+srv=$!
+pids+=("$srv")
+hex=$(printf ':%04X' "$port")
+for _ in $(seq 1 100); do
+  awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
+  sleep 0.1
+done
+DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/b.sock,socket-abstract=no" \
+  --ip 10.78.0.2/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1
+crc=$?
+wait "$srv"
+src=$?
+kill -TERM "$sw" 2>/dev/null
+wait "$sw"
+[ "$crc" -eq 0 ] && [ "$src" -eq 0 ] || fail "ib_write_bw: client $crc, server $src"
+
+stat() { sed -nE "s/^droce: +$2 +([0-9]+).*/\\1/p" "$1" | head -n1; }
+bw=$(awk '$1 == 65536 && NF >= 4 { print $4 }' "$dir/client.log" | tail -n1)
+np_sent=$(stat "$dir/server.log" np_cnp_sent)
+np_marked=$(stat "$dir/server.log" np_ecn_marked_roce_packets)
+rp_handled=$(stat "$dir/client.log" rp_cnp_handled)
+marked=$(sed -nE 's/.*port 0 .* marked ([0-9]+),.*/\1/p' "$dir/switch.log")
+grep -E "^droce-switch:" "$dir/switch.log" | sed 's/^/[switch] /'
+echo "[client] BW average ${bw:-?} Gb/s, rp_cnp_handled ${rp_handled:-0}; [server] np_ecn_marked_roce_packets ${np_marked:-0}, np_cnp_sent ${np_sent:-0}"
+[ -n "$bw" ] || fail "no bandwidth line from ib_write_bw"
+[ -n "$marked" ] && [ "$marked" -gt 0 ] || fail "the switch marked nothing"
+[ "${np_marked:-0}" -gt 0 ] && [ "${np_marked:-0}" -le "$marked" ] || fail "the server counted ${np_marked:-0} CE packets, the switch marked $marked"
+[ "${np_sent:-0}" -gt 0 ] || fail "the server sent no CNP"
+[ "${rp_handled:-0}" -gt 0 ] && [ "${rp_handled:-0}" -le "${np_sent:-0}" ] || fail "the client handled ${rp_handled:-0} of ${np_sent:-0} CNPs"
+# Payload at most the bottleneck's 2 Gb/s of frames (1082-byte frames carry
+# 1024 payload bytes), and not starved.
+awk -v b="$bw" 'BEGIN { exit !(b <= 2.0 * 1024 / 1082 * 1.02 && b > 0.2) }' || fail "BW $bw Gb/s through a 2 Gb/s bottleneck"
+echo "PASS: ib_write_bw through droce-switch at 2 Gb/s: $bw Gb/s, $marked marked, $np_sent CNPs, $rp_handled handled by DCQCN"
