@@ -6,18 +6,24 @@
 # (Kmin 10 KB, Kmax 100 KB, Pmax 20 %): it must mark, the server's QP must
 # answer with CNPs (np_cnp_sent), the client's DCQCN must act on them
 # (rp_cnp_handled), and the bandwidth must stay at or below the bottleneck.
+# Then two flows share the bottleneck: two ib_write_bw servers as clients of
+# one droced behind the switch's port 0, two senders on ports 1 and 2, with
+# DCQCN at the paper's time constants (docs/LAB.md) and a 4 MB buffer: no
+# drops, the two rates within 20 % of each other, their sum at most the
+# bottleneck.
 #
-# usage: switch_pair.sh LAUNCHER DROCE_SWITCH IB_WRITE_BW
+# usage: switch_pair.sh LAUNCHER DROCE_SWITCH IB_WRITE_BW DROCED
 # Every process is bounded by `timeout` and killed on exit.
 set -u
 
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LAUNCHER DROCE_SWITCH IB_WRITE_BW" >&2
+if [ $# -ne 4 ]; then
+  echo "usage: $0 LAUNCHER DROCE_SWITCH IB_WRITE_BW DROCED" >&2
   exit 2
 fi
 launcher=$1
 switch=$2
 program=$3
+droced=$4
 if ! command -v "$program" >/dev/null 2>&1; then
   echo "SKIP: '$program' not found (install perftest: scripts/setup.sh)"
   exit 77
@@ -79,4 +85,56 @@ echo "[client] BW average ${bw:-?} Gb/s, rp_cnp_handled ${rp_handled:-0}; [serve
 # Payload at most the bottleneck's 2 Gb/s of frames (1082-byte frames carry
 # 1024 payload bytes), and not starved.
 awk -v b="$bw" 'BEGIN { exit !(b <= 2.0 * 1024 / 1082 * 1.02 && b > 0.2) }' || fail "BW $bw Gb/s through a 2 Gb/s bottleneck"
-echo "PASS: ib_write_bw through droce-switch at 2 Gb/s: $bw Gb/s, $marked marked, $np_sent CNPs, $rp_handled handled by DCQCN"
+one="$bw Gb/s, $marked marked, $np_sent CNPs, $rp_handled handled by DCQCN"
+
+# 2. Two flows through one bottleneck.
+tuned=min_time_between_cnps=30,rate_reduce_monitor_period=50,clamp_tgt_rate=1,rpg_byte_reset=0,rpg_time_reset=55
+setsid timeout 60 "$switch" --port "$dir/r.sock" --port "$dir/s1.sock" --port "$dir/s2.sock" --rate 2gbit \
+  --kmin 10000 --kmax 100000 --pmax 0.2 --buffer 4194304 --duration 40 >"$dir/switch2.log" 2>&1 &
+sw=$!
+pids+=("$sw")
+for _ in $(seq 1 50); do [ -S "$dir/s2.sock" ] && break; sleep 0.1; done
+setsid timeout 60 "$droced" --config /dev/null --socket "$dir/d.sock" --dcqcn "$tuned" \
+  --link "net_memif0,role=client,socket=$dir/r.sock,socket-abstract=no" --ip 10.78.0.1/24 </dev/null >"$dir/droced.log" 2>&1 &
+dp=$!
+pids+=("$dp")
+for _ in $(seq 1 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
+[ -S "$dir/d.sock" ] || fail "droced did not listen"
+p1=$(( 20000 + RANDOM % 10000 ))
+p2=$(( p1 + 1 ))
+for p in "$p1" "$p2"; do
+  setsid timeout 60 "$launcher" exec --daemon "$dir/d.sock" -- "$program" -s 65536 -D 6 --report_gbits -p "$p" \
+    >"$dir/server_$p.log" 2>&1 &
+  pids+=("$!")
+done
+for p in "$p1" "$p2"; do
+  hex=$(printf ':%04X' "$p")
+  for _ in $(seq 1 100); do
+    awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+      /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
+    sleep 0.1
+  done
+done
+DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s1.sock,socket-abstract=no" \
+  --ip 10.78.0.2/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p1" 127.0.0.1 >"$dir/client1.log" 2>&1 &
+c1=$!
+DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s2.sock,socket-abstract=no" \
+  --ip 10.78.0.3/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p2" 127.0.0.1 >"$dir/client2.log" 2>&1 &
+c2=$!
+wait "$c1"
+rc1=$?
+wait "$c2"
+rc2=$?
+[ "$rc1" -eq 0 ] && [ "$rc2" -eq 0 ] || fail "two flows: clients exited $rc1 and $rc2"
+kill -TERM "$sw" "$dp" 2>/dev/null
+wait "$sw" "$dp"
+bw1=$(awk '$1 == 65536 && NF >= 4 { print $4 }' "$dir/client1.log" | tail -n1)
+bw2=$(awk '$1 == 65536 && NF >= 4 { print $4 }' "$dir/client2.log" | tail -n1)
+dropped=$(sed -nE 's/.*port 0 .* dropped ([0-9]+);.*/\1/p' "$dir/switch2.log")
+grep -E "^droce-switch: port 0" "$dir/switch2.log" | sed 's/^/[switch] /'
+echo "[two flows] ${bw1:-?} and ${bw2:-?} Gb/s, dropped ${dropped:-?}"
+[ -n "$bw1" ] && [ -n "$bw2" ] || fail "two flows: no bandwidth lines"
+[ "${dropped:-1}" -eq 0 ] || fail "two flows: the 4 MB buffer dropped $dropped frames"
+awk -v a="$bw1" -v b="$bw2" 'BEGIN { exit !(a > 0.2 && b > 0.2 && a <= 1.2 * b && b <= 1.2 * a && a + b <= 2.0 * 1024 / 1082 * 1.02) }' ||
+  fail "two flows: $bw1 and $bw2 Gb/s through a 2 Gb/s bottleneck"
+echo "PASS: ib_write_bw through droce-switch at 2 Gb/s: $one; two flows: $bw1 + $bw2 Gb/s, no drops"
