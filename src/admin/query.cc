@@ -545,7 +545,7 @@ absl::StatusOr<Json> CcCmd(Host& host, const Json& req, const Filter& f, uint32_
   Json out = Json::array();
   ForEachDevice(host, f, [&](size_t i, engine::Device& d) {
     for (const engine::Device::CcRow& r : d.CongestionControl()) {
-      if (f.qpn >= 0 ? r.qpn != f.qpn : false) continue;
+      if (f.qpn >= 0 && r.qpn != f.qpn) continue;
       Json j = DevHead(i, d);
       if (r.qpn != 0) j["lqpn"] = r.qpn;
       j["cc"] = r.mode == cc::CcMode::kOff ? "off" : "dcqcn";
