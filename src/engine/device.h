@@ -568,7 +568,8 @@ class Device final : public Session {
   void ActivateOwnQps(Worker& w);
   // Puts the port's 802.1Q tag in front of a frame about to be sent (no-op
   // without DROCE_VLAN).
-  void TagFrame(rte_mbuf* m);
+  // pcp >= 0: that 802.1p priority instead of the port's (a CNP's).
+  void TagFrame(rte_mbuf* m, int pcp = -1);
   // Whether a received frame belongs to this port's VLAN (or, without one,
   // is untagged or priority-tagged). `m` may carry a tag the PMD stripped.
   bool VlanAccepts(const rte_mbuf* m, const uint8_t* f, size_t len) const;

@@ -12,13 +12,13 @@
 
 namespace droce::engine {
 
-void Device::TagFrame(rte_mbuf* m) {
+void Device::TagFrame(rte_mbuf* m, int pcp) {
   if (vlan_tci_ == 0) return;
   if (rte_pktmbuf_data_len(m) < wire::kEthLen ||
       wire::load_be16(rte_pktmbuf_mtod(m, const uint8_t*) + 12) == wire::kEtherTypeVlan) {
     return;  // already tagged (or too short to be a frame)
   }
-  m->vlan_tci = vlan_tci_;
+  m->vlan_tci = pcp >= 0 ? static_cast<uint16_t>((vlan_tci_ & 0x1FFF) | (pcp & 7) << 13) : vlan_tci_;
   // Prepends 4 bytes into the mbuf's headroom and moves the MAC addresses
   // (the mbufs are the engine's own, never shared, so m stays the same).
   (void)rte_vlan_insert(&m);

@@ -789,7 +789,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   // is not enough: on a tap link the kernel's side has the port's MAC, and
   // what droce sends to the kernel's address must leave.
   const bool to_self = !dev->link_loops_back_ && dev->IsOwnAddress(f.data, len);
-  dev->TagFrame(m);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
+  dev->TagFrame(m, f.pcp);  // links & addressing: the port's 802.1Q tag, if any (vlan.cc)
   if (to_self) {
     Bump(stats.self_loop_pkts);
     self_loop.push_back(m);

@@ -33,6 +33,9 @@ struct TxFrame {
   uint8_t* data = nullptr;
   uint32_t capacity = 0;
   void* handle = nullptr;  // the engine's buffer (an mbuf)
+  // The frame's 802.1p priority on a tagged link (a CNP's cnp_802p_prio);
+  // -1: the port's (DROCE_VLAN's PCP).
+  int8_t pcp = -1;
 };
 
 class TransportEnv {

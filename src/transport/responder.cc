@@ -59,6 +59,7 @@ void Qp::OnCongestionMark(const wire::PacketView& pkt) {
   wire::write_bth(bth, b);
   std::memset(bth + wire::kBthLen, 0, wire::kCnpPayloadLen);
   wire::finish_icrc(f.data, frame_len);
+  f.pcp = static_cast<int8_t>(dcqcn_.cnp_802p_prio);  // on a tagged link
   Transmit(f, frame_len, b);
   Count(QpCounter::np_cnp_sent);
 }

@@ -41,7 +41,7 @@ pair() {
   local name=$1 rules=$2
   shift 2
   mkdir -p "$logs/$name"
-  if ! DROCE_FAULT=$rules DROCE_STATS=1 DROCE_TEST_CLIENT_ENV='DROCE_FAULT=' DROCE_TEST_LOG_DIR="$logs/$name" \
+  if ! DROCE_FAULT=$rules DROCE_STATS=1 DROCE_TEST_CLIENT_ENV="DROCE_FAULT= ${client_extra:-}" DROCE_TEST_LOG_DIR="$logs/$name" \
        bash "$here/pingpong_pair.sh" "$launcher" "$program" "$@"; then
     echo "FAIL: $name: the pair failed with '$rules'"
     exit 1
@@ -91,8 +91,11 @@ if [ -z "$icrc" ] || [ "$icrc" -gt "$corrupted" ] || [ $(( corrupted - icrc )) -
   exit 1
 fi
 # 3. ECN marks: CNPs from the server's notification point to the client's
-# reaction point.
-pair ecn 'rx loss random 20% ecn' -g 0 -n 300 -s 4096 -c
+# reaction point, on a tagged link (VLAN 100, priority 3) with the server
+# capturing what it sends: its CNPs carry cnp_802p_prio (6), its data the
+# link's priority.
+DROCE_VLAN=100:3 DROCE_CAPTURE="$logs/ecn.pcapng" client_extra='DROCE_CAPTURE=' \
+  pair ecn 'rx loss random 20% ecn' -g 0 -n 300 -s 4096 -c
 s="$logs/ecn/server.log"
 c="$logs/ecn/client.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
@@ -110,6 +113,18 @@ if [ -z "$np_sent" ] || [ "$np_sent" -eq 0 ] || [ "$np_sent" -gt "$np_marked" ];
 fi
 if [ -z "$rp_handled" ] || [ "$rp_handled" -gt "$np_sent" ] || [ $(( np_sent - rp_handled )) -gt 2 ]; then
   echo "FAIL: ecn: the server sent $np_sent CNPs, the client handled ${rp_handled:-0}"; cat "$c"; exit 1
+fi
+if command -v tshark >/dev/null 2>&1; then
+  # "interface<TAB>priority<TAB>comment" of what the server sent on the wire.
+  tshark -r "$logs/ecn.pcapng" -T fields -e frame.interface_name -e vlan.priority -e frame.comment \
+    >"$logs/ecn.txt" 2>"$logs/ecn.err" || { cat "$logs/ecn.err"; echo "FAIL: ecn: tshark cannot read the capture"; exit 1; }
+  cnp_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ { print $2 }' "$logs/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  data_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ { print $2 }' "$logs/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  echo "[server capture] CNP priorities:${cnp_prios:- none} other frames:${data_prios:- none}"
+  [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 == 6' "$logs/ecn.txt" | wc -l)" -gt 0 ] &&
+    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 != 6' "$logs/ecn.txt" | wc -l)" -eq 0 ] &&
+    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ && $2 != 3' "$logs/ecn.txt" | wc -l)" -eq 0 ] ||
+    { echo "FAIL: ecn: CNPs must leave with priority 6, every other frame with the link's 3"; exit 1; }
 fi
 
 echo "PASS: rc_pingpong -c recovered from loss/reorder/duplicate (dropped $dropped, reordered $reordered," \
