@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -551,9 +552,10 @@ absl::StatusOr<Json> CcCmd(Host& host, const Json& req, const Filter& f, uint32_
       j["cc"] = r.mode == cc::CcMode::kOff ? "off" : "dcqcn";
       if (r.qpn != 0) {
         j["limited"] = r.limited;
-        j["rate_mbps"] = r.rate_mbps;
-        j["target_mbps"] = r.target_mbps;
-        j["alpha"] = r.alpha;
+        // Rounded for reading: 0.1 Mb/s, alpha to 1e-6.
+        j["rate_mbps"] = std::round(r.rate_mbps * 10) / 10;
+        j["target_mbps"] = std::round(r.target_mbps * 10) / 10;
+        j["alpha"] = std::round(r.alpha * 1e6) / 1e6;
         j["cuts"] = r.cuts;
         j["increases"] = r.increases;
       } else {

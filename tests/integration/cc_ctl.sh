@@ -7,7 +7,8 @@
 # client's (the reaction point). While it runs, on the client:
 #
 #   1. `cc show -j`: the QP is "dcqcn" and DCQCN cuts its rate (cuts > 0,
-#      limited or under the line rate);
+#      limited or under the line rate); `cc [show] [dev D] qpn N` its row
+#      alone; the server's QP (not a reaction point) never cut;
 #   2. `cc set off`: the QP and the device row say "off"; `cc set dcqcn
 #      rpg_ai_rate=10`: back on, the parameter in the device row's list;
 #   3. `cc set rpg_nonsense=1` fails (exit != 0) naming the parameter.
@@ -117,6 +118,12 @@ waited=$(( ($(date +%s%N) - t0) / 1000000 ))
 read -r lqpn cuts limited rate <<<"$row"
 echo "[cc show] $(ctl cc show | tr '\n' '|')"
 echo "[cc show -j] $(ctl -j cc show)"
+# The filters, with or without "show": the QP's row alone.
+for words in "show qpn $lqpn" "qpn $lqpn" "show dev droce0 qpn $lqpn" "dev droce0 qpn $lqpn"; do
+  # shellcheck disable=SC2086  # the words are split on purpose
+  out=$(ctl cc $words 2>&1) || fail "cc $words: $out"
+  [ "$(wc -l <<<"$out")" -eq 1 ] && [[ $out == "dev droce0 lqpn $lqpn cc dcqcn "* ]] || fail "cc $words: '$out'"
+done
 
 # 2. Off, then back on with a parameter.
 out=$(ctl cc set off 2>&1) || fail "cc set off: $out"

@@ -107,8 +107,11 @@ Request Parse(const std::vector<std::string>& words) {
   if (i < words.size() && (words[i] == "show" || words[i] == "list" || kill || capture_act || fault_act || cc_act)) ++i;
   else if (i < words.size() && (r.object == "capture" || r.object == "trace")) {
     throw UsageError{"unknown command '" + words[i] + "' for '" + r.object + "' (show, start or stop)"};
-  } else if (i < words.size() && r.object == "cc" && words[i] != "dev" && words[i] != "qpn") {
-    throw UsageError{"unknown command '" + words[i] + "' for 'cc' (show or set)"};
+  } else if (i < words.size() && r.object == "cc") {
+    // `cc dev D` / `cc qpn N`: a show with its filters (read below).
+    if (words[i] != "dev" && words[i] != "link" && words[i] != "qpn" && words[i] != "lqpn") {
+      throw UsageError{"unknown command '" + words[i] + "' for 'cc' (show or set)"};
+    }
   } else if (i < words.size() && r.object == "fault") {
     throw UsageError{"unknown command '" + words[i] + "' for 'fault' (show, set or clear)"};
   } else if (i < words.size() && r.object != "metrics") {
