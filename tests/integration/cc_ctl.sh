@@ -77,17 +77,7 @@ DROCE_CTL=1 DROCE_STATS=1 timeout 60 "$launcher" exec \
   "$write_bw" -s 65536 -D "$seconds" -p "$port" >"$dir/server.log" 2>&1 &
 server_pid=$!
 server=$(program_of "$server_pid") || { logs; fail "the $program server does not answer droce ctl"; }
-hex=$(printf ':%04X' "$port")
-listening=""
-for _ in $(seq 1 100); do
-  if awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
-       /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-    listening=1
-    break
-  fi
-  sleep 0.1
-done
-[ -n "$listening" ] || { logs; fail "the $program server does not listen on $port"; }
+wait_tcp_listen "$port" || { logs; fail "the $program server does not listen on $port"; }
 DROCE_CTL=1 DROCE_STATS=1 timeout 60 "$launcher" exec \
   --link "net_memif0,role=client,socket=$sock,socket-abstract=no" --ip 10.77.3.2/24 -- \
   "$write_bw" -s 65536 -D "$seconds" -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1 &

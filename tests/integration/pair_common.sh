@@ -4,6 +4,19 @@
 # process-group cleanup, the client's connect retries, the server's end.
 # shellcheck disable=SC2034,SC2154  # client_rc, server_rc, attempt: read by the sourcing scripts; last_pid: set by START_FN
 
+# wait_tcp_listen PORT: until a TCP socket listens on PORT (a perftest server's
+# control connection), 10 s at most; false if none did.
+wait_tcp_listen() {
+  local hex
+  hex=$(printf ':%04X' "$1")
+  for _ in $(seq 1 100); do
+    awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
+      /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 # `timeout` puts itself (and so the launched program) into a process group of
 # its own, whose id is its pid: kill_group PID kills the whole group.
 kill_group() {
@@ -123,17 +136,7 @@ start_ctl_pair() {
   if [ -z "$ctl_pid" ]; then
     echo "the $program server does not answer droce ctl"; cat "$dir/ctl_server.log"; return 1
   fi
-  local hex listening=""
-  hex=$(printf ':%04X' "$port")
-  for _ in $(seq 1 100); do
-    if awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
-         /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-      listening=1
-      break
-    fi
-    sleep 0.1
-  done
-  if [ -z "$listening" ]; then
+  if ! wait_tcp_listen "$port"; then
     echo "the $program server does not listen on $port"; cat "$dir/ctl_server.log"; return 1
   fi
   timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$sock,socket-abstract=no" \

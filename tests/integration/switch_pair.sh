@@ -38,17 +38,8 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
-# wait_listen PORT: until a TCP socket listens on PORT (perftest's server), 10 s at most.
-wait_listen() {
-  local hex
-  hex=$(printf ':%04X' "$1")
-  for _ in $(seq 1 100); do
-    awk -v p="$hex" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
-      /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
+# shellcheck source=pair_common.sh
+. "$(dirname "$0")/pair_common.sh"  # wait_tcp_listen
 
 setsid timeout 60 "$switch" --port "$dir/a.sock" --port "$dir/b.sock" --rate 2gbit \
   --kmin 10000 --kmax 100000 --pmax 0.2 --duration 30 >"$dir/switch.log" 2>&1 &
@@ -65,7 +56,7 @@ DROCE_STATS=1 setsid timeout 60 "$launcher" exec --link "net_memif0,role=client,
   --ip 10.78.0.1/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" >"$dir/server.log" 2>&1 &
 srv=$!
 pids+=("$srv")
-wait_listen "$port"
+wait_tcp_listen "$port"
 DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/b.sock,socket-abstract=no" \
   --ip 10.78.0.2/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1
 crc=$?
@@ -113,8 +104,8 @@ for p in "$p1" "$p2"; do
     >"$dir/server_$p.log" 2>&1 &
   pids+=("$!")
 done
-wait_listen "$p1"
-wait_listen "$p2"
+wait_tcp_listen "$p1"
+wait_tcp_listen "$p2"
 DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s1.sock,socket-abstract=no" \
   --ip 10.78.0.2/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p1" 127.0.0.1 >"$dir/client1.log" 2>&1 &
 c1=$!
