@@ -34,9 +34,10 @@ void Qp::OnPacket(const wire::PacketView& pkt) {
 
 // DCQCN's notification point: a packet that met congestion on its way (a
 // switch set CE) makes this QP tell the sender's QP with a CNP, at most one
-// per min_time_between_cnps, formatted as ConnectX sends it (Annex A17.9.3):
-// BTH opcode 0x81, P_Key 0xFFFF, BECN set, PSN 0, 16 reserved zero bytes,
-// the ICRC; DSCP cnp_dscp and not ECN-capable, from the QP's UDP port.
+// per min_time_between_cnps, formatted as ConnectX-4 Lx sends it (a captured
+// CNP: tests/unit/cc_transport_test.cc): BTH opcode 0x81, P_Key 0xFFFF, BECN
+// set, PSN 0, 16 reserved zero bytes, the ICRC; IP DSCP cnp_dscp with
+// ECT(0), UDP source port 0.
 void Qp::OnCongestionMark(const wire::PacketView& pkt) {
   Count(QpCounter::np_ecn_marked_roce_packets);
   if (cc_mode_ == cc::CcMode::kOff || (pkt.info->mask & wire::kMaskCnp)) return;
@@ -45,7 +46,8 @@ void Qp::OnCongestionMark(const wire::PacketView& pkt) {
   const uint32_t dqpn =
       type_ == QpType::kUd ? wire::read_deth(pkt.ext(pkt.info->deth)).src_qp : attr_.dest_qpn;
   wire::Path path = PathTo(pkt.smac, pkt.sip6, attr_.av);
-  path.tos = static_cast<uint8_t>(dcqcn_.cnp_dscp << 2);
+  path.tos = static_cast<uint8_t>(dcqcn_.cnp_dscp << 2 | cc::kEct0);
+  path.udp_sport = 0;
   const wire::OpcodeInfo& info = wire::opcode_info(wire::kCnp);
   const uint32_t roce_len = info.length + wire::kIcrcLen;
   const uint32_t frame_len = wire::outer_len(path) + roce_len;

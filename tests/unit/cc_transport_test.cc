@@ -58,7 +58,7 @@ uint8_t Opcode(const std::vector<uint8_t>& f) {
   return v.bth.opcode;
 }
 
-TEST(CcTransport, DataLeavesEct0AcksAndCnpsDoNot) {
+TEST(CcTransport, DataLeavesEct0AcksDoNot) {
   Seen seen;
   SimPair p(LinkFaults{}, 1);
   Connect(p, cc::CcMode::kDcqcn, cc::CcMode::kDcqcn, 4, &seen, /*mark=*/false);
@@ -168,9 +168,9 @@ TEST(CcTransport, ReceiverWithCcOffCountsMarksSendsNoCnp) {
   EXPECT_EQ(p.a.env->stats.rp_cnp_handled, 0u);
 }
 
-// The CNP's bytes, field by field, as ConnectX-4 Lx sends one (RoCEv2,
-// IBTA Annex A17.9.3; docs/LAB.md): addresses, the UDP source port, the IP
-// ID and the destination QPN are the connection's.
+// The CNP's bytes, field by field, as ConnectX-4 Lx sends one (the capture
+// below; docs/LAB.md): addresses, the IP ID and the destination QPN are the
+// connection's.
 TEST(CcTransport, CnpBytesAsConnectXSendsThem) {
   Seen seen;
   SimPair p(LinkFaults{}, 7);
@@ -187,7 +187,7 @@ TEST(CcTransport, CnpBytesAsConnectXSendsThem) {
   EXPECT_EQ(wire::load_be16(f.data() + 12), 0x0800);
   const uint8_t* ip = f.data() + 14;
   EXPECT_EQ(ip[0], 0x45);
-  EXPECT_EQ(ip[1], 48 << 2);  // DSCP cnp_dscp 48, ECN Not-ECT
+  EXPECT_EQ(ip[1], 48 << 2 | 2);  // DSCP cnp_dscp 48, ECN ECT(0)
   EXPECT_EQ(wire::load_be16(ip + 2), 60);
   EXPECT_EQ(wire::load_be16(ip + 6), 0x4000);  // DF
   EXPECT_EQ(ip[8], 64);
@@ -196,6 +196,7 @@ TEST(CcTransport, CnpBytesAsConnectXSendsThem) {
   EXPECT_EQ(wire::load_be32(ip + 16), 0x0A000001u);  // to a
   EXPECT_EQ(wire::ipv4_checksum(ip, 20), 0);
   const uint8_t* udp = ip + 20;
+  EXPECT_EQ(wire::load_be16(udp), 0);  // source port 0, as the captured CNP
   EXPECT_EQ(wire::load_be16(udp + 2), 4791);
   EXPECT_EQ(wire::load_be16(udp + 4), 8 + 12 + 16 + 4);
   EXPECT_EQ(wire::load_be16(udp + 6), 0);  // no UDP checksum
@@ -208,6 +209,58 @@ TEST(CcTransport, CnpBytesAsConnectXSendsThem) {
   const uint32_t icrc = wire::compute_icrc_v4(f.data() + 14, f.size() - 14);
   const uint8_t* t = f.data() + f.size() - 4;  // least significant byte first
   EXPECT_EQ(uint32_t{t[0]} | uint32_t{t[1]} << 8 | uint32_t{t[2]} << 16 | uint32_t{t[3]} << 24, icrc);
+}
+
+// A CNP captured from a ConnectX-4 Lx (10.0.17.1 -> 10.0.18.1, to QP 0x118),
+// published in scapy's test/contrib/roce.uts ("RoCE CNP captured on
+// ConnectX-4 Lx"). droce's CNP from a connection with those addresses and
+// that QPN has the same bytes but for the MACs and the IP ID (and what the
+// IP ID enters: the IP checksum and the ICRC).
+constexpr uint8_t kConnectX4LxCnp[] = {
+    0xe4, 0x1d, 0x2d, 0xab, 0x2b, 0xc2, 0x7c, 0xfe, 0x90, 0x64, 0x3b, 0x32, 0x08, 0x00, 0x45, 0xc2,
+    0x00, 0x3c, 0x71, 0x8c, 0x40, 0x00, 0x40, 0x11, 0x91, 0x61, 0x0a, 0x00, 0x11, 0x01, 0x0a, 0x00,
+    0x12, 0x01, 0x00, 0x00, 0x12, 0xb7, 0x00, 0x28, 0x00, 0x00, 0x81, 0x00, 0xff, 0xff, 0x40, 0x00,
+    0x01, 0x18, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x82, 0xfd, 0x00, 0x2a};
+
+TEST(CcTransport, CnpMatchesAConnectX4LxCapture) {
+  // The capture itself: droce's parser accepts it and its ICRC is droce's.
+  wire::PacketView v;
+  ASSERT_EQ(wire::parse_frame(kConnectX4LxCnp, &v), wire::ParseError::kOk);
+  EXPECT_EQ(v.bth.opcode, wire::kCnp);
+  EXPECT_EQ(v.bth.dqpn, 0x118u);
+  // droce's CNP between the same addresses to the same QP.
+  Seen seen;
+  SimPair p(LinkFaults{}, 9);
+  p.a.cc = p.b.cc = cc::CcMode::kDcqcn;
+  p.a.Init(&p.net.link, 0x118, 0x0A001201, 64, 256, 64 * 1024);  // the data sender: 10.0.18.1, QP 0x118
+  p.b.Init(&p.net.link, 0x22, 0x0A001101, 64, 256, 64 * 1024);   // sends the CNP: 10.0.17.1
+  p.net.Attach(&p.a);
+  p.net.Attach(&p.b);
+  ASSERT_EQ(p.a.Connect(p.b), 0);
+  ASSERT_EQ(p.b.Connect(p.a), 0);
+  p.net.link.on_send = [&seen](std::span<const uint8_t> f) { seen.frames.emplace_back(f.begin(), f.end()); };
+  p.net.link.shaper = [](uint8_t* data, uint32_t len, uint64_t, uint64_t*) {
+    cc::MarkCe(data, len);
+    return true;
+  };
+  p.a.PostOp(queue::WqeOp::kWrite, 1, 0, 100, p.b.Addr(0), p.b.key);
+  AwaitSends(p, 1);
+  std::vector<uint8_t> cnp;
+  for (const auto& f : seen.frames) {
+    if (Opcode(f) == wire::kCnp) cnp = f;
+  }
+  ASSERT_EQ(cnp.size(), sizeof(kConnectX4LxCnp));
+  // MACs aside; the capture's IP ID in, then the IP checksum and the ICRC
+  // (which covers the IP ID) again.
+  std::memcpy(cnp.data(), kConnectX4LxCnp, 12);
+  std::memcpy(cnp.data() + 18, kConnectX4LxCnp + 18, 2);
+  wire::store_be16(cnp.data() + 24, 0);
+  wire::store_be16(cnp.data() + 24, wire::ipv4_checksum(cnp.data() + 14, 20));
+  wire::finish_icrc_v4(cnp.data(), cnp.size());
+  EXPECT_EQ(0, std::memcmp(cnp.data(), kConnectX4LxCnp, sizeof(kConnectX4LxCnp)))
+      << "droce's CNP differs from the ConnectX-4 Lx capture";
+  for (size_t i = 0; i < cnp.size(); ++i) EXPECT_EQ(cnp[i], kConnectX4LxCnp[i]) << "byte " << i;
 }
 
 // With DCQCN limiting it, the sender's packets leave at the reaction
