@@ -253,8 +253,7 @@ absl::StatusOr<ScenarioResult> RunScenario(const ScenarioOptions& o) {
   return r;
 }
 
-std::string ScenarioCsv(const ScenarioOptions& o, const ScenarioResult& r) {
-  (void)o;
+std::string ScenarioCsv(const ScenarioResult& r) {
   std::string out = "t_us,queue_bytes";
   const size_t n = r.samples.empty() ? 0 : r.samples[0].rp_mbps.size();
   for (size_t i = 0; i < n; ++i) absl::StrAppend(&out, ",gbps_", i);

@@ -78,7 +78,7 @@ struct ScenarioResult {
 absl::StatusOr<ScenarioResult> RunScenario(const ScenarioOptions& o);
 
 // The samples as CSV: t_us,queue_bytes,gbps_0..,rp_mbps_0..
-std::string ScenarioCsv(const ScenarioOptions& o, const ScenarioResult& r);
+std::string ScenarioCsv(const ScenarioResult& r);
 // A gnuplot script that draws the CSV at csv_path into png_path: per-flow
 // throughput and DCQCN rate, and the bottleneck queue, over time.
 std::string ScenarioGnuplot(const ScenarioOptions& o, const std::string& csv_path, const std::string& png_path);

@@ -27,8 +27,7 @@ class Pacer {
     rate_kbps_ = rate_kbps;
     burst_bytes_ = burst_bytes;
     max_frame_ = max_frame;
-    const uint64_t burst = burst_bytes != 0 ? burst_bytes : DefaultBurst(rate_kbps, max_frame);
-    depth_ = burst > max_frame ? static_cast<double>(burst - max_frame) : 0.0;
+    depth_ = Depth();
     tokens_ = depth_;  // a new rate starts with a full bucket
     last_ns_ = now_ns;
   }
@@ -42,8 +41,7 @@ class Pacer {
     }
     Refill(now_ns);
     rate_kbps_ = rate_kbps;
-    const uint64_t burst = burst_bytes_ != 0 ? burst_bytes_ : DefaultBurst(rate_kbps, max_frame_);
-    depth_ = burst > max_frame_ ? static_cast<double>(burst - max_frame_) : 0.0;
+    depth_ = Depth();
     tokens_ = std::min(tokens_, depth_);
   }
   // The path MTU changed: the depth follows.
@@ -75,6 +73,11 @@ class Pacer {
   void Sent(uint32_t bytes) { tokens_ -= bytes; }
 
  private:
+  // The bucket's depth at the current rate, burst and largest frame.
+  double Depth() const {
+    const uint64_t burst = burst_bytes_ != 0 ? burst_bytes_ : DefaultBurst(rate_kbps_, max_frame_);
+    return burst > max_frame_ ? static_cast<double>(burst - max_frame_) : 0.0;
+  }
   void Refill(uint64_t now_ns) {
     if (now_ns <= last_ns_) return;
     tokens_ = std::min(depth_, tokens_ + static_cast<double>(now_ns - last_ns_) * rate_kbps_ / 8e6);

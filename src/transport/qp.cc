@@ -80,7 +80,6 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   cc_mode_ = init.cc;
   dcqcn_ = init.dcqcn;
   line_mbps_ = init.line_mbps;
-  ecn_ = cc_mode_ == cc::CcMode::kDcqcn ? cc::kEct0 : cc::kEcnNotEct;
   DefaultPacing();
 }
 
@@ -313,7 +312,6 @@ void Qp::DefaultPacing() {
 void Qp::SetCongestionControl(cc::CcMode mode, const cc::DcqcnParams& p) {
   cc_mode_ = mode;
   dcqcn_ = p;
-  ecn_ = mode == cc::CcMode::kDcqcn ? cc::kEct0 : cc::kEcnNotEct;
   rp_.Configure(p, line_mbps_);
   ApplyCcRate(env_->NowNs());
 }

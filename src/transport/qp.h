@@ -461,13 +461,11 @@ class Qp {
   Pacer pacer_;
   uint32_t default_rate_kbps_ = 0, default_rate_burst_ = 0;  // QpInit's
   void DefaultPacing();  // QpInit's rate, in attr_ and the pacer
-  // Congestion control (cc/dcqcn.h): the ECN bits of data packets (ECT(0)
-  // when on), the two DCQCN roles, and the pacer at the lower of the QP's
-  // rate limit and the reaction point's rate.
+  // Congestion control (cc/dcqcn.h): the two DCQCN roles, and the pacer at
+  // the lower of the QP's rate limit and the reaction point's rate.
   cc::CcMode cc_mode_ = cc::CcMode::kOff;
   cc::DcqcnParams dcqcn_;
   uint32_t line_mbps_ = 25000;
-  uint8_t ecn_ = 0;
   cc::ReactionPoint rp_;
   cc::NotificationPoint np_;
   void ApplyCcRate(uint64_t now_ns);
@@ -476,7 +474,7 @@ class Qp {
   // Data packets (requests, READ responses) leave ECN-capable with CC on,
   // unless the address vector's traffic class chose ECN bits itself.
   void MarkEct(wire::Path* path) const {
-    if ((path->tos & cc::kEcnMask) == cc::kEcnNotEct) path->tos |= ecn_;
+    if (cc_mode_ == cc::CcMode::kDcqcn && (path->tos & cc::kEcnMask) == cc::kEcnNotEct) path->tos |= cc::kEct0;
   }
   uint64_t paced_until_ns_ = 0;
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK

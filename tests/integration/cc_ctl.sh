@@ -11,6 +11,7 @@
 #      alone; the server's QP (not a reaction point) never cut;
 #   2. `cc set off`: the QP and the device row say "off"; `cc set dcqcn
 #      rpg_ai_rate=10`: back on, the parameter in the device row's list;
+#      `cc set qpn N off|dcqcn` changes that QP alone.
 #   3. `cc set rpg_nonsense=1` fails (exit != 0) naming the parameter.
 #
 # After the run: the client's DROCE_STATS report handled (or, while off,
@@ -130,6 +131,15 @@ py "sys.exit(not (devs and all(r['cc'] == 'dcqcn' and 'rpg_ai_rate=10' in r['dcq
 py "sys.exit([r['cc'] for r in qps if r['lqpn'] == $lqpn] != ['dcqcn'])" <<<"$show" ||
   fail "after cc set dcqcn, the QP $lqpn is not dcqcn: $show"
 
+# One QP alone: off while the device stays dcqcn, then on again.
+out=$(ctl cc set qpn "$lqpn" off 2>&1) || fail "cc set qpn $lqpn off: $out"
+show=$(ctl -j cc show)
+py "sys.exit(not (all(r['cc'] == 'dcqcn' for r in devs) and [r['cc'] for r in qps if r['lqpn'] == $lqpn] == ['off']))" \
+  <<<"$show" || fail "after cc set qpn $lqpn off: $show"
+out=$(ctl cc set qpn "$lqpn" dcqcn 2>&1) || fail "cc set qpn $lqpn dcqcn: $out"
+py "sys.exit([r['cc'] for r in qps if r['lqpn'] == $lqpn] != ['dcqcn'])" <<<"$(ctl -j cc show)" ||
+  fail "after cc set qpn $lqpn dcqcn, the QP is not dcqcn"
+
 # The server's QP is a notification point only: no CNP comes to it.
 show=$("$launcher" ctl --pid "$server" -j cc show)
 echo "[server cc show -j] $show"
@@ -152,14 +162,10 @@ server_rc=255
 end_server "$server_pid"
 server_pid=""
 [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] || { logs; fail "$program: server $server_rc, client $client_rc"; }
-# counter LOG NAME: the device's value (the first report line of that name).
-counter() {
-  awk -v n="$2" '$1 == "droce:" && $2 == n { print $3; exit }' "$1"
-}
-handled=$(counter "$dir/client.log" rp_cnp_handled)
-ignored=$(counter "$dir/client.log" rp_cnp_ignored)
-sent=$(counter "$dir/server.log" np_cnp_sent)
-marked=$(counter "$dir/server.log" np_ecn_marked_roce_packets)
+handled=$(stat_of "$dir/client.log" rp_cnp_handled)
+ignored=$(stat_of "$dir/client.log" rp_cnp_ignored)
+sent=$(stat_of "$dir/server.log" np_cnp_sent)
+marked=$(stat_of "$dir/server.log" np_ecn_marked_roce_packets)
 echo "[client] rp_cnp_handled ${handled:-none} rp_cnp_ignored ${ignored:-none};" \
   "[server] np_ecn_marked_roce_packets ${marked:-none} np_cnp_sent ${sent:-none}"
 [ -n "$sent" ] && [ "$sent" -gt 0 ] || { logs; fail "the server sent no CNP"; }

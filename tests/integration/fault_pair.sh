@@ -32,6 +32,8 @@ if ! command -v "$program" >/dev/null 2>&1; then
   exit 77
 fi
 here=$(dirname "$0")
+# shellcheck source=pair_common.sh
+. "$here/pair_common.sh"  # stat_of
 logs=$(mktemp -d /tmp/droce-fault.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 trap 'rm -rf -- "$logs"' EXIT
 
@@ -80,7 +82,7 @@ s="$logs/corrupt/server.log"
 c="$logs/corrupt/client.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
 corrupted=$(counter "$s" 1 corrupted)
-icrc=$(sed -nE 's/^droce: +icrc_err +([0-9]+).*/\1/p' "$c" | head -n1)
+icrc=$(stat_of "$c" icrc_err)
 echo "[client] icrc_err ${icrc:-0}"
 if [ -z "$corrupted" ] || [ "$corrupted" -eq 0 ]; then
   echo "FAIL: corrupt: the server corrupted nothing"; cat "$s"; exit 1
@@ -99,11 +101,10 @@ DROCE_VLAN=100:3 DROCE_CAPTURE="$logs/ecn.pcapng" client_extra='DROCE_CAPTURE=' 
 s="$logs/ecn/server.log"
 c="$logs/ecn/client.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
-stat() { sed -nE "s/^droce: +$2 +([0-9]+).*/\1/p" "$1" | head -n1; }
 marked=$(counter "$s" 1 marked)
-np_marked=$(stat "$s" np_ecn_marked_roce_packets)
-np_sent=$(stat "$s" np_cnp_sent)
-rp_handled=$(stat "$c" rp_cnp_handled)
+np_marked=$(stat_of "$s" np_ecn_marked_roce_packets)
+np_sent=$(stat_of "$s" np_cnp_sent)
+rp_handled=$(stat_of "$c" rp_cnp_handled)
 echo "[server] marked ${marked:-?}, np_ecn_marked_roce_packets ${np_marked:-?}, np_cnp_sent ${np_sent:-?}; [client] rp_cnp_handled ${rp_handled:-?}"
 if [ -z "$marked" ] || [ "$marked" -eq 0 ] || [ "${np_marked:-0}" -ne "$marked" ]; then
   echo "FAIL: ecn: the stage marked ${marked:-0} frames, the QPs counted ${np_marked:-0}"; cat "$s"; exit 1

@@ -4,6 +4,12 @@
 # process-group cleanup, the client's connect retries, the server's end.
 # shellcheck disable=SC2034,SC2154  # client_rc, server_rc, attempt: read by the sourcing scripts; last_pid: set by START_FN
 
+# stat_of LOG COUNTER: the first "droce:   COUNTER   N" line's N (a
+# DROCE_STATS=1 report); empty if the counter is not there (0 is not printed).
+stat_of() {
+  sed -nE "s/^droce: +$2 +([0-9]+).*/\1/p" "$1" | head -n1
+}
+
 # wait_tcp_listen PORT: until a TCP socket listens on PORT (a perftest server's
 # control connection), 10 s at most; false if none did.
 wait_tcp_listen() {

@@ -29,17 +29,15 @@ if ! command -v "$program" >/dev/null 2>&1; then
   exit 77
 fi
 dir=$(mktemp -d /tmp/droce-switch.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-pids=()
+# shellcheck source=pair_common.sh
+. "$(dirname "$0")/pair_common.sh"  # wait_tcp_listen, stat_of, kill_group
+pids=()  # each a `setsid timeout` process: the leader of its group
 cleanup() {
-  for p in "${pids[@]}"; do kill -TERM -- "$p" 2>/dev/null; done
-  sleep 0.2
-  for p in "${pids[@]}"; do kill -KILL -- "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do kill_group "$p"; done
   rm -rf -- "$dir"
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
-# shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # wait_tcp_listen
 
 setsid timeout 60 "$switch" --port "$dir/a.sock" --port "$dir/b.sock" --rate 2gbit \
   --kmin 10000 --kmax 100000 --pmax 0.2 --duration 30 >"$dir/switch.log" 2>&1 &
@@ -66,11 +64,10 @@ kill -TERM "$sw" 2>/dev/null
 wait "$sw"
 [ "$crc" -eq 0 ] && [ "$src" -eq 0 ] || fail "ib_write_bw: client $crc, server $src"
 
-stat() { sed -nE "s/^droce: +$2 +([0-9]+).*/\\1/p" "$1" | head -n1; }
 bw=$(awk '$1 == 65536 && NF >= 4 { print $4 }' "$dir/client.log" | tail -n1)
-np_sent=$(stat "$dir/server.log" np_cnp_sent)
-np_marked=$(stat "$dir/server.log" np_ecn_marked_roce_packets)
-rp_handled=$(stat "$dir/client.log" rp_cnp_handled)
+np_sent=$(stat_of "$dir/server.log" np_cnp_sent)
+np_marked=$(stat_of "$dir/server.log" np_ecn_marked_roce_packets)
+rp_handled=$(stat_of "$dir/client.log" rp_cnp_handled)
 marked=$(sed -nE 's/.*port 0 .* marked ([0-9]+),.*/\1/p' "$dir/switch.log")
 grep -E "^droce-switch:" "$dir/switch.log" | sed 's/^/[switch] /'
 echo "[client] BW average ${bw:-?} Gb/s, rp_cnp_handled ${rp_handled:-0}; [server] np_ecn_marked_roce_packets ${np_marked:-0}, np_cnp_sent ${np_sent:-0}"

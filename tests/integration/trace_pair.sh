@@ -69,9 +69,6 @@ EOF
 awk -F, 'NR > 1 { print $4 "," ($4 == "state" ? substr($7, 7) : "") "," ($4 == "nak" ? substr($7, 5) : "") }' \
   "$dir/start/client.csv" >"$dir/start/client.rows"
 [ "$(head -n1 "$dir/start/client.csv")" = "time_ns,dev,qpn,event,opcode,psn,detail,bytes" ] || fail "the CSV header"
-stat_of() {  # LOG COUNTER: the first "droce:   COUNTER   N" line's N
-  sed -nE "s/^droce: +$2 +([0-9]+).*/\\1/p" "$1" | head -n1
-}
 events() { awk -F, -v e="$2" '$1 == e { n++ } END { print n + 0 }' "$1"; }
 for side in server client; do
   rows="$dir/start/$side.rows"

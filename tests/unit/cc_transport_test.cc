@@ -102,6 +102,7 @@ TEST(CcTransport, EveryMarkedPacketGetsACnpAndCutsTheRate) {
   EXPECT_EQ(p.a.env->stats.rp_cnp_handled, 2u * kMsgs);
   EXPECT_EQ(p.a.env->stats.rp_cnp_ignored, 0u);
   EXPECT_EQ(p.a.env->stats.np_cnp_sent, 0u);  // ACKs are not ECN-capable: never marked
+  EXPECT_EQ(p.a.env->stats.malformed_pkts, 0u);  // a CNP is no longer "malformed"
   int cnps = 0;
   for (const auto& f : seen.frames) cnps += Opcode(f) == wire::kCnp;
   EXPECT_EQ(cnps, 2 * kMsgs);

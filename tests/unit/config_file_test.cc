@@ -84,6 +84,8 @@ TEST(ConfigFile, EngineSettingsAsTheirVariables) {
   EXPECT_EQ(Raw(f, Setting::kCtl), "1");
   EXPECT_EQ(Raw(Parse("[engine]\nvlan = 7\n"), Setting::kVlan), "7");
   EXPECT_EQ(Raw(Parse("[engine]\nrate = \"1gbit,burst=64k\"\n"), Setting::kRate), "1gbit,burst=64k");
+  EXPECT_EQ(Raw(Parse("[engine]\ncc = \"off\"\n"), Setting::kCc), "off");
+  EXPECT_EQ(Raw(Parse("[engine]\ndcqcn = \"rpg_ai_rate=10\"\n"), Setting::kDcqcn), "rpg_ai_rate=10");
 }
 
 TEST(ConfigFile, DevicesBecomePerDeviceLists) {

@@ -381,6 +381,24 @@ TEST(Settings, Rate) {
   EXPECT_STREQ(Info(Setting::kRate).flag, "rate");
 }
 
+// DROCE_CC and DROCE_DCQCN: congestion control of every QP (cc/dcqcn.h).
+TEST(Settings, CongestionControl) {
+  auto s = Raw().Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->global.cc, cc::CcMode::kDcqcn);  // on by default
+  EXPECT_EQ(s->global.dcqcn, cc::DcqcnParams{});
+  s = Raw().Set(Setting::kCc, "off").Set(Setting::kDcqcn, "rpg_ai_rate=10,min_time_between_cnps=0").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->global.cc, cc::CcMode::kOff);
+  EXPECT_EQ(s->global.dcqcn.rpg_ai_rate, 10u);
+  EXPECT_EQ(s->global.dcqcn.min_time_between_cnps, 0u);
+  EXPECT_EQ(s->global.dcqcn.rpg_time_reset, 300u);  // the others keep ConnectX's defaults
+  ExpectRefused(Raw().Set(Setting::kCc, "ecn"), Setting::kCc, "'ecn' is not dcqcn or off");
+  ExpectRefused(Raw().Set(Setting::kDcqcn, "rpg_gd=99"), Setting::kDcqcn, "rpg_gd='99': expected an integer from 1 to 15");
+  EXPECT_STREQ(Info(Setting::kCc).flag, "cc");
+  EXPECT_STREQ(Info(Setting::kDcqcn).flag, "dcqcn");
+}
+
 TEST(Settings, Watch) {
   EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
   EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);

@@ -123,7 +123,7 @@ int Main(int argc, char** argv) {
   std::fputs(cc::ScenarioSummary(o, *r).c_str(), stdout);
   if (!csv.empty()) {
     std::ofstream f(csv);
-    f << cc::ScenarioCsv(o, *r);
+    f << cc::ScenarioCsv(*r);
     if (!f) {
       std::fprintf(stderr, "droce cc-scenario: cannot write %s\n", csv.c_str());
       return 1;
