@@ -79,7 +79,12 @@ inline uint64_t Peek(const uint64_t& c) {
   X(np_ecn_marked_roce_packets, "ConnectX: RoCE packets received with ECN CE (congestion met on the way); with DCQCN on, the QP answers with CNPs") \
   X(np_cnp_sent, "ConnectX: CNPs sent by a notification point, at most one per min_time_between_cnps per QP") \
   X(rp_cnp_handled, "ConnectX: CNPs received and acted on by a reaction point (DCQCN cut the QP's rate)") \
-  X(rp_cnp_ignored, "ConnectX: CNPs received by a QP with congestion control off (not acted on)")
+  X(rp_cnp_ignored, "ConnectX: CNPs received by a QP with congestion control off (not acted on)") \
+  X(retransmitted_pkts, "request packets sent again (a go-back-N rewind, a timeout, a selective-repeat resend)") \
+  X(sr_sack_sent, "selective repeat: SACKs sent for requests received out of order and held") \
+  X(sr_sack_rcvd, "selective repeat: SACKs received by a requester") \
+  X(sr_held_pkts, "selective repeat: requests received out of order and held until the missing ones arrived") \
+  X(sr_timeouts, "selective repeat: retransmission timeouts (the oldest unacknowledged packet resent; not a transport retry)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -159,7 +164,12 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(np_ecn_marked_roce_packets) \
   X(np_cnp_sent)             \
   X(rp_cnp_handled)          \
-  X(rp_cnp_ignored)
+  X(rp_cnp_ignored)          \
+  X(retransmitted_pkts)      \
+  X(sr_sack_sent)            \
+  X(sr_sack_rcvd)            \
+  X(sr_held_pkts)            \
+  X(sr_timeouts)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

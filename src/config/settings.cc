@@ -132,6 +132,40 @@ absl::Status ParseGateway(const std::string& v, Settings* out) {
   return absl::OkStatus();
 }
 
+// DROCE_SR: "off", or "on[,window=PKTS][,rto=TIME]" (PKTS a power of two
+// from 16 to 512; TIME as the fault rules write it, 10us to 1s).
+absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
+  std::vector<std::string> parts = absl::StrSplit(v, ',');
+  transport::SelectiveRepeat out;
+  if (parts[0] == "off") {
+    if (parts.size() != 1) return Invalid("'off' takes no options");
+    *sr = out;
+    return absl::OkStatus();
+  }
+  if (parts[0] != "on") return Invalid(absl::StrCat("'", parts[0], "' is not on or off"));
+  out.on = true;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    uint32_t n = 0;
+    uint64_t ns = 0;
+    if (absl::StartsWith(p, "window=")) {
+      if (!absl::SimpleAtoi(p.substr(7), &n) || n < 16 || n > 512 || (n & (n - 1)) != 0) {
+        return Invalid(absl::StrCat("'", p, "': the window is a power of two from 16 to 512 packets"));
+      }
+      out.window = n;
+    } else if (absl::StartsWith(p, "rto=")) {
+      if (!lab::ParseTime(p.substr(4), &ns) || ns < 10'000 || ns > 1'000'000'000) {
+        return Invalid(absl::StrCat("'", p, "': the timeout is a time from 10us to 1s (e.g. rto=500us)"));
+      }
+      out.rto_us = static_cast<uint32_t>(ns / 1000);
+    } else {
+      return Invalid(absl::StrCat("'", p, "': the options are window=PKTS and rto=TIME"));
+    }
+  }
+  *sr = out;
+  return absl::OkStatus();
+}
+
 // DROCE_RATE: "RATE[,burst=BYTES]"; RATE in bit/s as tc writes it (at
 // least 1kbit, at most 100gbit: ibv_query_device_ex's pacing caps), BYTES
 // a count with tc's k/m (1024, 1048576).
@@ -219,6 +253,7 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
       }
       return absl::OkStatus();
     case Setting::kDcqcn: return cc::ParseDcqcnParams(v, &g.dcqcn);
+    case Setting::kSr: return ParseSr(v, &g.sr);
   }
   return absl::InternalError("unknown setting");
 }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cc/dcqcn.h"
+#include "transport/selective_repeat.h"
 #include "common/log.h"
 #include "lab/capture.h"
 #include "lab/fault_rules.h"
@@ -93,6 +94,11 @@ struct GlobalSettings {
   // ("rpg_ai_rate=10,min_time_between_cnps=0,...").
   cc::CcMode cc = cc::CcMode::kDcqcn;
   cc::DcqcnParams dcqcn;
+  // DROCE_SR: selective repeat for every RC/XRC QP (transport/
+  // selective_repeat.h; docs/LAB.md): "off" (the default) or
+  // "on[,window=PKTS][,rto=TIME]". Used with a peer that has it on too;
+  // with any other, plain go-back-N.
+  transport::SelectiveRepeat sr;
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -144,8 +150,9 @@ enum class Setting : uint8_t {
   kRate,
   kCc,
   kDcqcn,
+  kSr,
 };
-inline constexpr size_t kNumSettings = 24;
+inline constexpr size_t kNumSettings = 25;
 
 struct SettingInfo {
   Setting setting;
@@ -181,6 +188,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kRate, "DROCE_RATE", "rate", false},
     {Setting::kCc, "DROCE_CC", "cc", false},
     {Setting::kDcqcn, "DROCE_DCQCN", "dcqcn", false},
+    {Setting::kSr, "DROCE_SR", "sr", false},
 }};
 
 // kSettings is indexed by Setting.

@@ -68,6 +68,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"rate", Setting::kRate, Kind::kString},
     {"cc", Setting::kCc, Kind::kString},
     {"dcqcn", Setting::kDcqcn, Kind::kString},
+    {"sr", Setting::kSr, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -177,6 +177,7 @@ absl::Status Device::Setup(const Config& cfg) {
   rate_burst_ = cfg.rate_burst;
   cc_mode_ = cfg.cc;
   dcqcn_ = cfg.dcqcn;
+  sr_ = cfg.sr;
   SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -676,6 +677,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.rate_burst = rate_burst_;
     init.cc = cc_mode_;
     init.dcqcn = dcqcn_;
+    init.sr = sr_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
     if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;

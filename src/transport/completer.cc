@@ -1,5 +1,6 @@
 // RC completer: ACKs, READ responses and atomic ACKs retire send WQEs in
 // order; NAKs and timeouts rewind the requester (go-back-N, IBA 9.7.5.2, 9.9).
+#include <algorithm>
 #include <cstring>
 
 #include "transport/qp.h"
@@ -84,8 +85,12 @@ void Qp::CompleteUpTo(uint32_t psn) {
     const uint32_t last_psn = wire::psn_add(ctx.first_psn, ctx.npkts - 1);
     if (!wire::psn_lt(last_psn, psn)) break;
     if (needs_response(ctx.wqe.op) && !ctx.done) {
-      if (wire::psn_diff(psn, ctx.first_psn) > static_cast<int32_t>(ctx.resp_pkts)) {
-        GoBackTo(wire::psn_add(ctx.first_psn, ctx.resp_pkts));
+      const uint32_t missing = wire::psn_add(ctx.first_psn, ctx.resp_pkts);
+      // Once per gap with selective repeat (later ACKs say the same);
+      // go-back-N's rewind makes later ACKs stale by itself.
+      if (wire::psn_lt(missing, psn) && (!SrActive() || last_read_goback_psn_ != missing)) {
+        if (SrActive()) last_read_goback_psn_ = missing;
+        ReadLost(missing);
       }
       break;
     }
@@ -109,9 +114,184 @@ void Qp::CompleteHeadWithError(uint8_t status) {
   EnterError();
 }
 
+// Everything before `next` is acknowledged: retire what that completes and
+// move the window. A READ or atomic still waiting for its response stays
+// unacknowledged from its first missing response on, whatever later ACKs
+// say.
+void Qp::AckUpTo(uint32_t next) {
+  CompleteUpTo(next);
+  if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
+    const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+    if (needs_response(head.wqe.op) && !head.done) {
+      const uint32_t missing = wire::psn_add(head.first_psn, head.resp_pkts);
+      if (wire::psn_lt(missing, next)) next = missing;
+    }
+  }
+  const uint64_t now = env_->NowNs();
+  if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) {
+    if (!sr_sacked_.empty()) {
+      // The SACKs of acknowledged PSNs are done with; a slot must never
+      // claim a PSN 2^24 later.
+      for (uint32_t p = unacked_psn_; p != next; p = wire::psn_add(p, 1)) {
+        uint32_t& slot = sr_sacked_[p & (sr_.window - 1)];
+        if (slot == p) slot = kNoSack;
+      }
+      sr_timer_ns_ = now;
+      if (sr_recovery_ && !wire::psn_lt(next, sr_recover_psn_)) sr_recovery_ = false;
+    }
+    unacked_psn_ = next;
+  }
+  retries_left_ = attr_.retry_cnt;
+  rnr_retries_left_ = attr_.rnr_retry;
+  last_progress_ns_ = now;
+}
+
+// A SACK (SrHold at the responder): everything before its MSN field is
+// acknowledged, and its PSN is held there. Holes below the highest SACKed
+// PSN are resent once each (SrResend, from PollSend); a resend that is lost
+// again waits for the retransmission timeout (SrTimeout).
+void Qp::OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth) {
+  Count(QpCounter::sr_sack_rcvd);
+  Trace(TraceKind::kNak, pkt.bth.opcode, pkt.bth.psn, aeth.value());
+  const uint32_t cum = aeth.msn & wire::kPsnMask;
+  if (wire::psn_lt(unacked_psn_, cum) && !wire::psn_lt(next_psn_, cum)) AckUpTo(cum);
+  if (attr_.state == QpState::kErr) return;
+  const uint32_t s = pkt.bth.psn;
+  if (wire::psn_lt(s, unacked_psn_) || !wire::psn_lt(s, next_psn_)) return;
+  sr_sacked_[s & (sr_.window - 1)] = s;
+  const uint32_t above = wire::psn_add(s, 1);
+  if (!sr_recovery_) {
+    // A new recovery looks from the oldest unacknowledged PSN on, but not
+    // again at PSNs the last one resent (they may still be on their way).
+    sr_recovery_ = true;
+    sr_recover_psn_ = next_psn_;
+    if (wire::psn_lt(sr_retx_psn_, unacked_psn_) || !wire::psn_lt(sr_retx_psn_, next_psn_)) {
+      sr_retx_psn_ = unacked_psn_;
+    }
+    sr_retx_wqe_ = sq_comp_;
+    sr_high_sack_ = above;
+  } else if (wire::psn_lt(sr_high_sack_, above)) {
+    sr_high_sack_ = above;
+  }
+}
+
+// Nothing was acknowledged for rto_us: resend the oldest unacknowledged
+// packet (the responder's cumulative acknowledgement stops there), and look
+// at every hole below the highest SACK again.
+void Qp::SrTimeout(uint64_t now) {
+  sr_timer_ns_ = now;
+  last_read_goback_psn_ = 0xFFFFFFFF;  // a READ's missing responses may be asked for again
+  Count(QpCounter::sr_timeouts);
+  Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
+  const uint32_t above = wire::psn_add(unacked_psn_, 1);
+  if (!sr_recovery_) {
+    sr_recovery_ = true;
+    sr_recover_psn_ = next_psn_;
+    sr_high_sack_ = above;
+  } else if (wire::psn_lt(sr_high_sack_, above)) {
+    sr_high_sack_ = above;
+  }
+  sr_retx_psn_ = unacked_psn_;
+  sr_retx_wqe_ = sq_comp_;
+}
+
+// The requester rewinds (an RNR NAK, a NAK, the local ACK timeout, a lost
+// READ response): everything from there is sent again in order, and the
+// responder dropped what it held, so no SACK stands.
+void Qp::SrForgetSacks() {
+  std::fill(sr_sacked_.begin(), sr_sacked_.end(), kNoSack);
+  sr_recovery_ = sr_read_resend_ = false;
+  sr_retx_psn_ = unacked_psn_;
+}
+
+// Sends the holes of the recovery, oldest first, each once: PSNs in
+// [sr_retx_psn_, sr_high_sack_) not SACKed (the oldest unacknowledged one
+// whatever the table says). Returns false when the requester must stop (the
+// pacer, no frame, an error).
+bool Qp::SrResend(unsigned budget, unsigned* sent) {
+  const uint32_t mask = sq_.size() - 1;
+  const uint32_t end = send_pkt_ != 0 ? sq_send_ + 1 : sq_send_;
+  if (sr_read_resend_) {
+    // The head READ or atomic: a request for the part still missing (an
+    // atomic's result is replayed by the responder, never executed again).
+    SendCtx& head = send_ctx_[sq_comp_ & mask];
+    if (sq_comp_ != end && needs_response(head.wqe.op) && !head.done) {
+      if (!PaceReady()) return false;
+      Trace(TraceKind::kRetransmit, 0, wire::psn_add(head.first_psn, head.resp_pkts));
+      if (!BuildRequestPacket(head, head.resp_pkts)) return false;
+      PaceSent();
+      head.issued_at_resp = true;
+      ++*sent;
+    }
+    sr_read_resend_ = false;
+  }
+  while (*sent < budget && wire::psn_lt(sr_retx_psn_, sr_high_sack_)) {
+    if (wire::psn_lt(sr_retx_psn_, unacked_psn_)) sr_retx_psn_ = unacked_psn_;
+    if (!wire::psn_lt(sr_retx_psn_, sr_high_sack_)) break;
+    const uint32_t psn = sr_retx_psn_;
+    if (psn != unacked_psn_ && SrSacked(psn)) {
+      sr_retx_psn_ = wire::psn_add(psn, 1);
+      continue;
+    }
+    // The WQE holding psn: the cursor only moves forward, from the oldest.
+    if (static_cast<int32_t>(sr_retx_wqe_ - sq_comp_) < 0) sr_retx_wqe_ = sq_comp_;
+    while (sr_retx_wqe_ != end) {
+      const SendCtx& c = send_ctx_[sr_retx_wqe_ & mask];
+      if (c.npkts != 0 && !wire::psn_lt(wire::psn_add(c.first_psn, c.npkts - 1), psn)) break;
+      ++sr_retx_wqe_;
+    }
+    if (sr_retx_wqe_ == end) {
+      sr_retx_psn_ = sr_high_sack_;  // beyond what was sent: nothing to resend
+      break;
+    }
+    SendCtx& ctx = send_ctx_[sr_retx_wqe_ & mask];
+    const uint32_t wqe_end = wire::psn_add(ctx.first_psn, ctx.npkts);
+    uint32_t pkt;
+    if (needs_response(ctx.wqe.op)) {
+      // One request for all of a READ's PSNs: sent again (for what is
+      // missing) only if it is the oldest unacknowledged, or neither held
+      // at the responder nor answered at all; never for a done one.
+      const bool resend = !ctx.done && (wire::psn_diff(unacked_psn_, ctx.first_psn) >= 0 ||
+                                        (ctx.resp_pkts == 0 && !SrSacked(ctx.first_psn)));
+      if (!resend) {
+        sr_retx_psn_ = wqe_end;
+        continue;
+      }
+      pkt = ctx.resp_pkts;
+      sr_retx_psn_ = wqe_end;
+    } else {
+      if (wire::psn_lt(psn, ctx.first_psn)) {
+        sr_retx_psn_ = ctx.first_psn;
+        continue;
+      }
+      pkt = static_cast<uint32_t>(wire::psn_diff(psn, ctx.first_psn));
+      sr_retx_psn_ = wire::psn_add(psn, 1);
+    }
+    if (!PaceReady()) {
+      sr_retx_psn_ = psn;  // again when the pacer allows
+      return false;
+    }
+    Trace(TraceKind::kRetransmit, 0, wire::psn_add(ctx.first_psn, pkt));
+    if (!BuildRequestPacket(ctx, pkt)) return false;
+    PaceSent();
+    if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
+    ++*sent;
+  }
+  return true;
+}
+
+void Qp::ReadLost(uint32_t first_missing) {
+  if (SrActive()) {
+    sr_read_resend_ = true;  // SrResend, from PollSend
+    return;
+  }
+  GoBackTo(first_missing);
+}
+
 // Rewinds the requester so that the next packet sent has PSN `psn`.
 void Qp::GoBackTo(uint32_t psn) {
   Trace(TraceKind::kRetransmit, 0, psn);
+  if (!sr_sacked_.empty()) SrForgetSacks();
   // WQEs sq_comp_ .. sq_send_ - 1 are fully sent; sq_send_ is partly sent
   // when send_pkt_ != 0.
   const uint32_t end = send_pkt_ != 0 ? sq_send_ + 1 : sq_send_;
@@ -161,7 +341,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
     if (last_read_goback_psn_ != expected) {
       Count(QpCounter::implied_nak_seq_err);  // decided once per gap, as ConnectX counts it
       last_read_goback_psn_ = expected;
-      GoBackTo(expected);
+      ReadLost(expected);
     }
     return;
   }
@@ -189,7 +369,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   }
   ++ctx.resp_pkts;
   ctx.issued_at_resp = false;
-  last_progress_ns_ = env_->NowNs();
+  last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
   if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
   if (last) {
@@ -217,7 +397,7 @@ void Qp::OnAtomicAck(const wire::PacketView& pkt) {
     return;
   }
   ctx.done = true;
-  last_progress_ns_ = env_->NowNs();
+  last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
   if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
   if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
@@ -250,23 +430,12 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     return;
   }
   const wire::Aeth aeth = wire::read_aeth(pkt.ext(pkt.info->aeth));
+  // The peer's responder does selective repeat too (the bit is only ever
+  // on answers to requests that carried it).
+  if (pkt.bth.sr && sr_.on) sr_peer_ = true;
   switch (aeth.type()) {
     case wire::AckType::kAck: {
-      uint32_t next = wire::psn_add(psn, 1);
-      CompleteUpTo(next);
-      // A READ or atomic still waiting for its response stays unacknowledged
-      // from its first missing response on, whatever later ACKs say.
-      if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
-        const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
-        if (needs_response(head.wqe.op) && !head.done) {
-          const uint32_t missing = wire::psn_add(head.first_psn, head.resp_pkts);
-          if (wire::psn_lt(missing, next)) next = missing;
-        }
-      }
-      if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) unacked_psn_ = next;
-      retries_left_ = attr_.retry_cnt;
-      rnr_retries_left_ = attr_.rnr_retry;
-      last_progress_ns_ = env_->NowNs();
+      AckUpTo(wire::psn_add(psn, 1));
       Trace(TraceKind::kAck, pkt.bth.opcode, psn, aeth.msn);
       break;
     }
@@ -289,6 +458,11 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       break;
     }
     case wire::AckType::kNak: {
+      if (pkt.bth.sr && sr_.on &&
+          static_cast<wire::NakCode>(aeth.value()) == wire::NakCode::kPsnSeqError) {
+        OnSack(pkt, aeth);
+        break;
+      }
       Trace(TraceKind::kNak, pkt.bth.opcode, psn, aeth.value());
       CompleteUpTo(psn);
       if (attr_.state == QpState::kErr) return;
@@ -297,7 +471,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
         case wire::NakCode::kPsnSeqError:
           Count(QpCounter::rcvd_seq_err);
           GoBackTo(psn);
-          last_progress_ns_ = env_->NowNs();
+          last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
           break;
         case wire::NakCode::kInvalidRequest:
           Count(QpCounter::rcvd_inv_req_err);
@@ -325,11 +499,13 @@ void Qp::OnTimer(uint64_t now) {
   if (rnr_wait_) {
     if (now >= rnr_resume_ns_) {
       rnr_wait_ = false;
-      last_progress_ns_ = now;
+      last_progress_ns_ = sr_timer_ns_ = now;
     }
     return;
   }
-  if (unacked_psn_ == next_psn_ || attr_.timeout == 0) return;  // 0: wait forever
+  if (unacked_psn_ == next_psn_) return;
+  if (SrActive() && now - sr_timer_ns_ >= uint64_t{sr_.rto_us} * 1000) SrTimeout(now);
+  if (attr_.timeout == 0) return;  // 0: wait forever
   const uint64_t timeout_ns = 4096ull << attr_.timeout;  // 4.096 µs × 2^timeout
   if (now - last_progress_ns_ < timeout_ns) return;
   Count(QpCounter::completer_retry_err);
@@ -350,7 +526,7 @@ void Qp::OnTimer(uint64_t now) {
     else if (wire::psn_lt(from, head.first_psn)) from = head.first_psn;
   }
   GoBackTo(from);
-  last_progress_ns_ = now;
+  last_progress_ns_ = sr_timer_ns_ = now;
   // The peer may have moved (a new MAC after ARP expiry or a gratuitous
   // ARP): look the next hop up again before resending.
   mac_valid_ = false;

@@ -1,6 +1,7 @@
 #include "transport/qp.h"
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -81,6 +82,14 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   dcqcn_ = init.dcqcn;
   line_mbps_ = init.line_mbps;
   DefaultPacing();
+  if (reliable() && init.sr.on) {
+    sr_ = init.sr;
+    sr_sacked_.assign(sr_.window, kNoSack);
+    // Room for a SACK per held request on top of the responses owed, so
+    // SACKs never crowd out a READ or atomic (a power of two: the ring's
+    // indexes run free).
+    responses_.resize(std::bit_ceil(kMaxResponses + sr_.window));
+  }
 }
 
 // UD has no path MTU attribute: a UD message may be as long as the port's
@@ -274,7 +283,8 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrMinRnrTimer) attr_.min_rnr_timer = a.min_rnr_timer;
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
-    next_psn_ = unacked_psn_ = attr_.sq_psn;
+    next_psn_ = unacked_psn_ = high_psn_ = attr_.sq_psn;
+    if (!sr_sacked_.empty()) SrForgetSacks();
   }
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
   if (mask & kAttrDestQpn) {
@@ -291,7 +301,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     } else if (next == QpState::kRts && cur != QpState::kSqd) {
       retries_left_ = attr_.retry_cnt;
       rnr_retries_left_ = attr_.rnr_retry;
-      last_progress_ns_ = env_->NowNs();
+      last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
     } else if (next == QpState::kSqd) {
       // Drain: no new WQE starts; SQ_DRAINED once the outstanding ones are
       // done, if asked for (IBA 10.3.1, 11.6.3).
@@ -372,6 +382,10 @@ void Qp::ResetQueues() {
   mac_valid_ = false;
   attr_ = QpAttr{};  // state RESET, already published by Modify
   paced_until_ns_ = 0;
+  sr_peer_ = false;
+  if (!sr_sacked_.empty()) SrForgetSacks();
+  SrDropHeld();
+  sr_frames_.reset();  // sized by the path MTU, which the next RTR may change
   ResetUdMtu();
   DefaultPacing();
 }

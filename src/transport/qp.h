@@ -21,6 +21,7 @@
 #include "queue/ring.h"
 #include "transport/env.h"
 #include "transport/pacer.h"
+#include "transport/selective_repeat.h"
 #include "transport/trace.h"
 #include "wire/frame.h"
 
@@ -187,6 +188,7 @@ struct AddressHandle {
   uint32_t pd = 0;
 };
 
+
 struct QpInit {
   uint32_t qpn = 0;
   QpType type = QpType::kRc;
@@ -213,6 +215,7 @@ struct QpInit {
   cc::CcMode cc = cc::CcMode::kOff;
   cc::DcqcnParams dcqcn;
   uint32_t line_mbps = 25000;
+  SelectiveRepeat sr;  // DROCE_SR
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -334,6 +337,7 @@ class Qp {
     bool first = true;       // READ: next packet is the first
     bool finished = false;   // READ: the last packet has been sent
     uint64_t orig = 0;       // atomic result
+    bool sr = false;         // ACK: to a selective-repeat requester (carries wire::Bth::sr)
     wire::MacAddr dmac{};
     wire::Ipv6Addr dgid{};   // the requester's address (the request's source)
   };
@@ -358,12 +362,37 @@ class Qp {
   void OnReadResponse(const wire::PacketView& pkt);
   void OnAtomicAck(const wire::PacketView& pkt);
   void CompleteUpTo(uint32_t psn_exclusive);
+  // An ACK (or a SACK's cumulative part) for every PSN before `next`.
+  void AckUpTo(uint32_t next);
   bool CompleteWqe(SendCtx& ctx, uint8_t status);
   void CompleteHeadWithError(uint8_t status);
   void GoBackTo(uint32_t psn);
   bool ScatterToSend(SendCtx& ctx, uint32_t offset, const uint8_t* src, uint32_t len);
+  // Selective repeat, requester side (completer.cc): a SACK, the resends
+  // it calls for (from PollSend), the retransmission timeout, and
+  // forgetting every SACK when the requester rewinds.
+  bool SrActive() const { return sr_.on && sr_peer_; }
+  void OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth);
+  bool SrResend(unsigned budget, unsigned* sent);
+  void SrTimeout(uint64_t now);
+  void SrForgetSacks();
+  // A READ's responses were lost (a gap, or an ACK beyond it): rewind to
+  // its first missing response (go-back-N), or with selective repeat ask
+  // for just the rest of that READ.
+  void ReadLost(uint32_t first_missing);
+  bool SrSacked(uint32_t psn) const { return sr_sacked_[psn & (sr_.window - 1)] == psn; }
+  // Selective repeat, responder side (responder.cc): hold a request that
+  // came early and SACK it; run the held ones once the gap is filled.
+  bool SrHold(const wire::PacketView& pkt);
+  void SrDrain(const wire::PacketView& pkt);
+  void SrDropHeld();
+  // The request scheduler's pacer check and bookkeeping, shared by new
+  // requests and resends (requester.cc).
+  bool PaceReady();
+  void PaceSent();
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
+  void ExecuteRequest(const wire::PacketView& pkt);
   // XRC target: takes the SRQ, CQ and PD of the request's XRCETH; false (the
   // QP failed with a NAK) if it names no SRQ of this QP's domain, or another
   // SRQ than the message in progress.
@@ -476,6 +505,27 @@ class Qp {
   void MarkEct(wire::Path* path) const {
     if (cc_mode_ == cc::CcMode::kDcqcn && (path->tos & cc::kEcnMask) == cc::kEcnNotEct) path->tos |= cc::kEct0;
   }
+  // Selective repeat (SelectiveRepeat above).
+  SelectiveRepeat sr_;
+  bool sr_peer_ = false;          // a response from the peer carried wire::Bth::sr
+  std::vector<uint32_t> sr_sacked_;  // requester: slot psn & (window-1) holds the PSN SACKed there
+  bool sr_recovery_ = false;      // SACKs showed holes that are being resent
+  bool sr_read_resend_ = false;   // the head READ lost responses: ask again for the rest
+  uint32_t sr_recover_psn_ = 0;   // recovery ends once everything before it is acknowledged
+  uint32_t sr_high_sack_ = 0;     // one past the highest PSN SACKed in this recovery
+  uint32_t sr_retx_psn_ = 0;      // the next PSN the recovery looks at
+  uint32_t sr_retx_wqe_ = 0;      // the SQ index of the WQE holding it, or before it
+  uint64_t sr_timer_ns_ = 0;      // last cumulative progress or timeout
+  uint32_t high_psn_ = 0;         // one past the highest request PSN ever sent
+  struct SrHeld {
+    uint32_t psn = 0;
+    uint32_t len = 0;  // 0: empty
+  };
+  std::vector<SrHeld> sr_held_;          // responder: requests held, slot psn & (window-1)
+  std::unique_ptr<uint8_t[]> sr_frames_;  // their frames, sr_frame_cap_ bytes each
+  uint32_t sr_frame_cap_ = 0;
+  uint32_t sr_held_count_ = 0;
+  bool sr_draining_ = false;
   uint64_t paced_until_ns_ = 0;
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK
   uint64_t pace_now_ns_ = 0;     // the clock reading of the pacer's last check

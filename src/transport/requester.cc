@@ -228,6 +228,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
   b.ackreq = reliable() && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
+  b.sr = sr_.on;  // only ever on for a reliable QP
   if (reliable() && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
     // Paced, 64 packets can take longer than the local ACK timeout (at
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at
@@ -277,6 +278,12 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   std::memset(payload + len, 0, pad);
   wire::finish_icrc(f.data, frame_len);
   Transmit(f, frame_len, b);
+  if (reliable()) {
+    // A PSN below the highest ever sent goes again: a retransmission.
+    if (wire::psn_lt(b.psn, high_psn_)) Count(QpCounter::retransmitted_pkts);
+    const uint32_t end = wire::psn_add(b.psn, rd ? ctx.npkts - pkt : 1);
+    if (wire::psn_lt(high_psn_, end)) high_psn_ = end;
+  }
   return true;
 }
 
@@ -353,6 +360,35 @@ void Qp::CompleteUnreliable(SendCtx& ctx) {
   RetireSendWqe(nullptr);
 }
 
+// Packet pacing (pacer.h): one clock reading per request when on. DCQCN
+// (cc/dcqcn.h) limits through the pacer while its reaction point is active:
+// its timers run here, lazily, before each request. False: not yet
+// (paced_until_ns_ says when).
+bool Qp::PaceReady() {
+  if (!pacer_.on()) return true;
+  pace_now_ns_ = env_->NowNs();
+  if (rp_.active()) {
+    rp_.Advance(pace_now_ns_);
+    ApplyCcRate(pace_now_ns_);
+  }
+  if (pacer_.on() && !pacer_.Ready(pace_now_ns_, &paced_until_ns_)) {
+    if (rp_.active()) paced_until_ns_ = std::min(paced_until_ns_, std::max(rp_.next_increase_ns(), pace_now_ns_ + 1));
+    return false;
+  }
+  paced_until_ns_ = 0;
+  return true;
+}
+
+// A paced request left (last_tx_len_ bytes).
+void Qp::PaceSent() {
+  if (!pacer_.on()) return;
+  pacer_.Sent(last_tx_len_);
+  if (rp_.active()) {
+    rp_.OnSent(last_tx_len_, pace_now_ns_);
+    ApplyCcRate(pace_now_ns_);
+  }
+}
+
 bool Qp::PollSend(unsigned budget) {
   if (attr_.state == QpState::kErr) {
     FlushAll();
@@ -380,9 +416,17 @@ bool Qp::PollSend(unsigned budget) {
     resolving_since_ns_ = 0;
   }
   unsigned sent = 0;
+  if (sr_recovery_ || sr_read_resend_) [[unlikely]] {
+    // Selective repeat: the holes SACKs revealed go before new requests.
+    if (!SrResend(budget, &sent)) return paced_until_ns_ != 0 ? more : attr_.state == QpState::kRts;
+  }
+  // Selective repeat caps what is in flight at its window (the responder
+  // holds that many), from the first packet, before the peer has said it
+  // does selective repeat too: beyond it a gap would be NAKed and go back
+  // N. Go-back-N alone sends up to kMaxInflightPkts.
+  const int32_t window = static_cast<int32_t>(sr_.on ? sr_.window : kMaxInflightPkts);
   while (sent < budget) {
-    if (reliable() &&
-        wire::psn_diff(next_psn_, unacked_psn_) >= static_cast<int32_t>(kMaxInflightPkts)) {
+    if (reliable() && wire::psn_diff(next_psn_, unacked_psn_) >= window) {
       return more;  // the window reopens on an ACK
     }
     if (sq_send_ == sq_fetched_) {
@@ -403,6 +447,13 @@ bool Qp::PollSend(unsigned budget) {
       if (rd && !ctx.rd_counted) {
         if (rd_atomic_inflight_ >= std::max<uint32_t>(attr_.max_rd_atomic, 1)) return more;
       }
+      // Selective repeat: a READ's PSNs (one per response) stay inside the
+      // window too, or requests after it would land beyond what the
+      // responder can hold. A READ longer than the window goes alone.
+      if (rd && sr_.on && next_psn_ != unacked_psn_ &&
+          wire::psn_diff(next_psn_, unacked_psn_) + static_cast<int32_t>(ctx.npkts - ctx.resp_pkts) > window) {
+        return more;
+      }
     }
     if (type_ == QpType::kUd && send_pkt_ == 0) {
       // A group has no neighbour to ask: its MAC is computed from it.
@@ -410,32 +461,12 @@ bool Qp::PollSend(unsigned budget) {
       else if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
     }
     if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
-      last_progress_ns_ = env_->NowNs();  // the timer starts with the first packet
+      last_progress_ns_ = sr_timer_ns_ = env_->NowNs();  // the timers start with the first packet
     }
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
-    // Packet pacing (pacer.h): one clock reading per request when on.
-    // DCQCN (cc/dcqcn.h) limits through the pacer while its reaction
-    // point is active: its timers run here, lazily, before each request.
-    if (pacer_.on()) [[unlikely]] {
-      pace_now_ns_ = env_->NowNs();
-      if (rp_.active()) {
-        rp_.Advance(pace_now_ns_);
-        ApplyCcRate(pace_now_ns_);
-      }
-      if (pacer_.on() && !pacer_.Ready(pace_now_ns_, &paced_until_ns_)) {
-        if (rp_.active()) paced_until_ns_ = std::min(paced_until_ns_, std::max(rp_.next_increase_ns(), pace_now_ns_ + 1));
-        return more;
-      }
-      paced_until_ns_ = 0;
-    }
+    if (pacer_.on() && !PaceReady()) [[unlikely]] return more;
     if (!BuildRequestPacket(ctx, send_pkt_)) return attr_.state == QpState::kRts;
-    if (pacer_.on()) [[unlikely]] {
-      pacer_.Sent(last_tx_len_);
-      if (rp_.active()) {
-        rp_.OnSent(last_tx_len_, pace_now_ns_);
-        ApplyCcRate(pace_now_ns_);
-      }
-    }
+    if (pacer_.on()) [[unlikely]] PaceSent();
     ++sent;
     if (rd) {
       // Requests start at most at resp_pkts (every rewind names the first

@@ -117,6 +117,9 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   r.psn = psn;
   r.msn = aeth.msn;
   r.syndrome = aeth.syndrome;
+  // Tells a selective-repeat requester that this responder has it too (a
+  // NAK without it is plain go-back-N's).
+  r.sr = sr_.on && req.bth.sr && aeth.type() == wire::AckType::kAck;
   r.dmac = req.smac;
   r.dgid = req.sip6;
 }
@@ -263,7 +266,111 @@ bool Qp::SelectXrcSrq(const wire::PacketView& pkt) {
   return true;
 }
 
+// Selective repeat (docs/LAB.md): a request from a selective-repeat
+// requester that arrives after a gap is held, not dropped, and SACKed; once
+// the gap is filled the held requests run in PSN order, as if they had just
+// arrived, so every ordering rule of the in-order responder holds (READ and
+// atomic execution order, RNR, the opcode sequence, WRITE placement).
 void Qp::OnRequest(const wire::PacketView& pkt) {
+  if (sr_held_count_ == 0) {
+    ExecuteRequest(pkt);
+    return;
+  }
+  const uint32_t before = epsn_;
+  const bool expected = pkt.bth.psn == epsn_;
+  if (expected) {
+    // Resent while a copy was held: run this one, forget the copy.
+    SrHeld& h = sr_held_[pkt.bth.psn & (sr_.window - 1)];
+    if (h.len != 0 && h.psn == pkt.bth.psn) {
+      h.len = 0;
+      --sr_held_count_;
+    }
+  }
+  ExecuteRequest(pkt);
+  if (epsn_ != before) {
+    if (!sr_draining_) SrDrain(pkt);
+  } else if (expected) {
+    // Not executed (RNR, an error): the requester goes back to this PSN
+    // and sends everything after it again.
+    SrDropHeld();
+  }
+}
+
+bool Qp::SrHold(const wire::PacketView& pkt) {
+  const uint32_t d = static_cast<uint32_t>(wire::psn_diff(pkt.bth.psn, epsn_));
+  if (d >= sr_.window) return false;  // beyond the window: plain go-back-N's NAK
+  if (sr_frames_ == nullptr) {
+    // Allocated at the first hold: a frame of the path MTU with any headers.
+    sr_frame_cap_ = mtu_bytes(attr_.path_mtu) + 256;
+    sr_frames_ = std::make_unique<uint8_t[]>(size_t{sr_.window} * sr_frame_cap_);
+    sr_held_.assign(sr_.window, SrHeld{});
+  }
+  if (pkt.frame_len > sr_frame_cap_) return false;
+  const uint32_t slot = pkt.bth.psn & (sr_.window - 1);
+  SrHeld& h = sr_held_[slot];
+  if (h.len == 0 || h.psn != pkt.bth.psn) {
+    if (h.len == 0) ++sr_held_count_;
+    std::memcpy(&sr_frames_[size_t{slot} * sr_frame_cap_], pkt.frame.data(), pkt.frame_len);
+    h.psn = pkt.bth.psn;
+    h.len = pkt.frame_len;
+    Count(QpCounter::sr_held_pkts);
+  }
+  // The SACK: a PSN sequence error NAK with the selective-repeat bit, whose
+  // BTH PSN is the request received and whose MSN field is the cumulative
+  // acknowledgement (the PSN expected next). Resent with every copy, in
+  // case the last one was lost.
+  if (resp_tail_ - resp_head_ >= responses_.size()) {
+    Count(QpCounter::tx_dropped);
+    return true;
+  }
+  Response& r = responses_[resp_tail_++ % responses_.size()];
+  r = Response{};
+  r.kind = Response::kAck;
+  r.psn = pkt.bth.psn;
+  r.msn = epsn_;
+  r.syndrome = wire::Aeth::nak(0, wire::NakCode::kPsnSeqError).syndrome;
+  r.sr = true;
+  r.dmac = pkt.smac;
+  r.dgid = pkt.sip6;
+  Count(QpCounter::sr_sack_sent);
+  return true;
+}
+
+// Runs the held requests that follow the expected PSN, in order, then
+// acknowledges everything done.
+void Qp::SrDrain(const wire::PacketView& pkt) {
+  sr_draining_ = true;
+  bool ran = false;
+  while (sr_held_count_ != 0 && attr_.state != QpState::kErr) {
+    SrHeld& h = sr_held_[epsn_ & (sr_.window - 1)];
+    if (h.len == 0 || h.psn != epsn_) break;
+    const uint32_t len = h.len;
+    h.len = 0;
+    --sr_held_count_;
+    wire::PacketView v;
+    const uint8_t* frame = &sr_frames_[size_t{epsn_ & (sr_.window - 1)} * sr_frame_cap_];
+    if (wire::parse_frame(std::span<const uint8_t>(frame, len), &v) != wire::ParseError::kOk) break;
+    const uint32_t before = epsn_;
+    ExecuteRequest(v);
+    ran = true;
+    if (epsn_ == before) {
+      SrDropHeld();
+      break;
+    }
+  }
+  sr_draining_ = false;
+  if (ran && attr_.state != QpState::kErr) {
+    QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
+  }
+}
+
+void Qp::SrDropHeld() {
+  if (sr_held_count_ == 0) return;
+  for (SrHeld& h : sr_held_) h.len = 0;
+  sr_held_count_ = 0;
+}
+
+void Qp::ExecuteRequest(const wire::PacketView& pkt) {
   if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
     Count(QpCounter::qp_state_drop);
     return;
@@ -278,8 +385,10 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   const uint32_t psn = pkt.bth.psn;
   const int32_t d = wire::psn_diff(psn, epsn_);
   if (d > 0) {
-    // A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1).
+    // A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1);
+    // a selective-repeat requester's request is held and SACKed instead.
     Count(QpCounter::out_of_seq_request);
+    if (pkt.bth.sr && sr_.on && SrHold(pkt)) return;
     if (!nak_sent_) {
       nak_sent_ = true;
       QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);

@@ -23,6 +23,13 @@ struct Bth {
   bool becn = false;
   uint32_t dqpn = 0;     // 24 bits
   bool ackreq = false;
+  // droce's selective-repeat flag (issue 17; docs/LAB.md "Selective
+  // repeat"): the top bit of the 7 reserved bits after AckReq, which IBA
+  // has senders zero and receivers ignore (rxe and RNICs read only AckReq
+  // and the PSN from that word). A droce requester with selective repeat on
+  // sets it on its requests; a droce responder with it on answers such a
+  // requester with it set, and its SACKs are NAKs carrying it.
+  bool sr = false;
   uint32_t psn = 0;      // 24 bits
 };
 
@@ -38,6 +45,7 @@ inline Bth read_bth(const uint8_t* p) {
   b.becn = p[4] & 0x40;
   b.dqpn = load_be24(p + 5);
   b.ackreq = p[8] & 0x80;
+  b.sr = p[8] & 0x40;
   b.psn = load_be24(p + 9);
   return b;
 }
@@ -49,7 +57,7 @@ inline void write_bth(uint8_t* p, const Bth& b) {
   store_be16(p + 2, b.pkey);
   p[4] = static_cast<uint8_t>((b.fecn ? 0x80 : 0) | (b.becn ? 0x40 : 0));
   store_be24(p + 5, b.dqpn);
-  p[8] = b.ackreq ? 0x80 : 0;
+  p[8] = static_cast<uint8_t>((b.ackreq ? 0x80 : 0) | (b.sr ? 0x40 : 0));
   store_be24(p + 9, b.psn);
 }
 

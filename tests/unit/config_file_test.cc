@@ -86,6 +86,7 @@ TEST(ConfigFile, EngineSettingsAsTheirVariables) {
   EXPECT_EQ(Raw(Parse("[engine]\nrate = \"1gbit,burst=64k\"\n"), Setting::kRate), "1gbit,burst=64k");
   EXPECT_EQ(Raw(Parse("[engine]\ncc = \"off\"\n"), Setting::kCc), "off");
   EXPECT_EQ(Raw(Parse("[engine]\ndcqcn = \"rpg_ai_rate=10\"\n"), Setting::kDcqcn), "rpg_ai_rate=10");
+  EXPECT_EQ(Raw(Parse("[engine]\nsr = \"on,window=128\"\n"), Setting::kSr), "on,window=128");
 }
 
 TEST(ConfigFile, DevicesBecomePerDeviceLists) {

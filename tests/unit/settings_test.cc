@@ -399,6 +399,34 @@ TEST(Settings, CongestionControl) {
   EXPECT_STREQ(Info(Setting::kDcqcn).flag, "dcqcn");
 }
 
+// DROCE_SR: selective repeat (transport/selective_repeat.h), off by default.
+TEST(Settings, SelectiveRepeat) {
+  auto s = Raw().Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->global.sr.on);
+  s = Raw().Set(Setting::kSr, "on").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->global.sr.on);
+  EXPECT_EQ(s->global.sr.window, 256u);
+  EXPECT_EQ(s->global.sr.rto_us, 320u);
+  s = Raw().Set(Setting::kSr, "on,window=64,rto=1ms").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->global.sr.window, 64u);
+  EXPECT_EQ(s->global.sr.rto_us, 1000u);
+  EXPECT_FALSE(Raw().Set(Setting::kSr, "off").Parse()->global.sr.on);
+  ExpectRefused(Raw().Set(Setting::kSr, "yes"), Setting::kSr, "'yes' is not on or off");
+  ExpectRefused(Raw().Set(Setting::kSr, "on,window=100"), Setting::kSr,
+                "'window=100': the window is a power of two from 16 to 512 packets");
+  ExpectRefused(Raw().Set(Setting::kSr, "on,window=1024"), Setting::kSr,
+                "'window=1024': the window is a power of two from 16 to 512 packets");
+  ExpectRefused(Raw().Set(Setting::kSr, "on,rto=1us"), Setting::kSr,
+                "'rto=1us': the timeout is a time from 10us to 1s (e.g. rto=500us)");
+  ExpectRefused(Raw().Set(Setting::kSr, "on,sack=1"), Setting::kSr,
+                "'sack=1': the options are window=PKTS and rto=TIME");
+  ExpectRefused(Raw().Set(Setting::kSr, "off,window=64"), Setting::kSr, "'off' takes no options");
+  EXPECT_STREQ(Info(Setting::kSr).flag, "sr");
+}
+
 TEST(Settings, Watch) {
   EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
   EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);

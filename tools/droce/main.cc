@@ -335,7 +335,8 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     using droce::config::Setting;
     for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
                       Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan, Setting::kFault,
-                      Setting::kCapture, Setting::kTrace, Setting::kRate, Setting::kCc, Setting::kDcqcn}) {
+                      Setting::kCapture, Setting::kTrace, Setting::kRate, Setting::kCc, Setting::kDcqcn,
+                      Setting::kSr}) {
       if (opt.flags[static_cast<size_t>(s)]) {
         return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
                                  " cannot be used with --daemon: droced owns the link (give it to droced)"));

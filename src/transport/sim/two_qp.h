@@ -295,6 +295,7 @@ struct SimQp {
   cc::CcMode cc = cc::CcMode::kOff;  // QpInit's congestion control, set before Init
   cc::DcqcnParams dcqcn;
   uint32_t line_mbps = 25000;
+  SelectiveRepeat sr;      // QpInit::sr (DROCE_SR), set before Init
   uint32_t xrcd = 0;       // an XRC target's domain, set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
 
@@ -335,6 +336,7 @@ struct SimQp {
     init.cc = cc;
     init.dcqcn = dcqcn;
     init.line_mbps = line_mbps;
+    init.sr = sr;
     if (type == QpType::kXrcTgt) {
       // No PD, queues or CQs of its own: each request names an SRQ
       // (env->xrc_srqs) that brings them.

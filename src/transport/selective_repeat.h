@@ -1,0 +1,27 @@
+// Selective repeat's settings (DROCE_SR), apart from the QP so that the
+// settings parser needs no transport internals.
+#pragma once
+
+#include <cstdint>
+
+namespace droce::transport {
+
+// Selective repeat (issue 17 item 5; docs/LAB.md "Selective repeat"):
+// IRN-style loss recovery between two droce QPs that both have it on,
+// negotiated in band by a reserved BTH bit (wire::Bth::sr), so a peer
+// without it (an RNIC, rxe, droce with it off) gets plain go-back-N.
+struct SelectiveRepeat {
+  bool on = false;
+  // The BDP cap: at most this many request packets beyond the oldest
+  // unacknowledged one (a power of two, 16..512), which is also how many a
+  // responder holds out of order. Both ends should use the same.
+  uint32_t window = 256;
+  // The retransmission timeout: the oldest unacknowledged packet is resent
+  // when nothing was acknowledged for this long (IRN's RTO_high, 320 µs);
+  // the IBA local ACK timeout and retry_cnt still bound a dead peer.
+  uint32_t rto_us = 320;
+};
+// A slot of the requester's SACK table that holds no SACK (never a PSN).
+inline constexpr uint32_t kNoSack = 0xFFFFFFFF;
+
+}  // namespace droce::transport

@@ -1,0 +1,226 @@
+// Selective repeat (issue 17 item 5) in virtual time: 64 KiB RDMA WRITEs
+// through a 25 Gb/s link with a 5 µs propagation delay each way, requests
+// lost by a seeded model (random 1 %, Gilbert-Elliott), every byte checked.
+// Go-back-N resends everything after each loss; selective repeat resends
+// only what was lost (retransmitted/lost ≤ 1.1) and keeps the link busy
+// (goodput ≥ 3× go-back-N's). Then the negotiation: with one end off, both
+// ends speak plain go-back-N RoCEv2, and the bit never leaves a QP that has
+// selective repeat off.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cc/switch.h"
+#include "lab/fault_rules.h"
+#include "lab/models.h"
+#include "transport/sim/two_qp.h"
+#include "wire/bytes.h"
+#include "wire/frame.h"
+
+namespace droce::test {
+namespace {
+
+using transport::sim::LinkFaults;
+using transport::sim::SimPair;
+using transport::sim::SimQp;
+
+constexpr uint32_t kMsg = 64 * 1024;
+
+struct Options {
+  bool sr_a = true, sr_b = true;  // selective repeat at the requester / responder
+  std::string loss = "loss random 1%";  // netem's words (lab/fault_rules.h), requests only
+  uint32_t writes = 512;
+  uint32_t outstanding = 16;
+  uint64_t seed = 1;
+  uint8_t mtu = 3;  // 1024
+};
+
+struct Result {
+  uint64_t lost = 0;           // request frames the model dropped
+  uint64_t retransmitted = 0;  // the requester's retransmitted_pkts
+  double goodput_gbps = 0;     // WRITE payload over the virtual time it took
+  uint64_t sacks = 0, held = 0, rtos = 0, seq_naks = 0;
+  uint64_t sr_bit_requests = 0, sr_bit_responses = 0;  // frames sent with wire::Bth::sr
+  bool bytes_ok = false;
+};
+
+Result RunWrites(const Options& o) {
+  Result r;
+  SimPair p(LinkFaults{}, o.seed);
+  p.a.sr.on = o.sr_a;
+  p.b.sr.on = o.sr_b;
+  transport::sim::ConnectOpts c;
+  c.mtu = o.mtu;
+  c.timeout = 14;  // as perftest: 67 ms, which go-back-N never needs here
+  c.max_rd_atomic = c.max_dest_rd_atomic = 16;
+  const size_t src_len = size_t{o.outstanding} * kMsg;
+  if (p.Init(64, 256, size_t{o.writes} * kMsg, c) != 0) {
+    ADD_FAILURE() << "connect";
+    return r;
+  }
+  std::mt19937_64 rng(o.seed);
+  for (size_t i = 0; i < src_len; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&p.a.buf[i], &v, 8);
+  }
+  auto rules = lab::ParseFaultRules(o.loss);
+  if (!rules.ok() || rules->size() != 1) {
+    ADD_FAILURE() << o.loss << ": " << rules.status();
+    return r;
+  }
+  lab::LossModel model((*rules)[0]);
+  lab::Rng loss_rng(o.seed * 7 + 3);
+  cc::PortParams port;
+  port.rate_bps = 25'000'000'000;
+  port.delay_ns = 5000;
+  port.buffer_bytes = 64u << 20;
+  port.ecn = false;
+  cc::EgressPort to_b(port, 1), to_a(port, 2);
+  p.net.link.shaper = [&](uint8_t* d, uint32_t len, uint64_t now, uint64_t* due) {
+    wire::PacketView v;
+    if (wire::parse_frame(std::span<const uint8_t>(d, len), &v) != wire::ParseError::kOk) return true;
+    const bool request = v.info->mask & wire::kMaskRequest;
+    if (v.bth.sr) ++(request ? r.sr_bit_requests : r.sr_bit_responses);
+    if (request && model.Lost(loss_rng)) {
+      ++r.lost;
+      return false;
+    }
+    *due = (v.bth.dqpn == p.b.qp->qpn() ? to_b : to_a).Enqueue(len, false, now).arrive_ns;
+    return true;
+  };
+  const uint64_t t0 = p.net.link.clock;
+  uint32_t posted = 0, done = 0;
+  std::vector<queue::Cqe> cqes(64);
+  const bool finished = p.net.Run(
+      [&] {
+        for (int k; (k = p.a.scq_c->Poll(cqes.data(), 64)) > 0;) {
+          for (int i = 0; i < k; ++i) {
+            EXPECT_EQ(cqes[i].status, queue::wc::kSuccess) << cqes[i].wr_id;
+            ++done;
+          }
+        }
+        while (posted < o.writes && posted - done < o.outstanding) {
+          const uint32_t src = (posted % o.outstanding) * kMsg;
+          p.a.PostOp(queue::WqeOp::kWrite, posted, src, kMsg, p.b.Addr(size_t{posted} * kMsg), p.b.key);
+          ++posted;
+        }
+        return done == o.writes;
+      },
+      t0 + 10'000'000'000ull);
+  EXPECT_TRUE(finished) << "WRITEs done: " << done << " of " << o.writes;
+  const uint64_t elapsed = p.net.link.clock - t0;
+  r.goodput_gbps = static_cast<double>(o.writes) * kMsg * 8 / static_cast<double>(elapsed);
+  r.bytes_ok = true;
+  for (uint32_t i = 0; i < o.writes && r.bytes_ok; ++i) {
+    r.bytes_ok = std::memcmp(&p.b.buf[size_t{i} * kMsg], &p.a.buf[(i % o.outstanding) * kMsg], kMsg) == 0;
+  }
+  const Counters& sa = p.a.env->stats;
+  const Counters& sb = p.b.env->stats;
+  r.retransmitted = sa.retransmitted_pkts;
+  r.sacks = sa.sr_sack_rcvd;
+  r.held = sb.sr_held_pkts;
+  r.rtos = sa.sr_timeouts;
+  r.seq_naks = sa.rcvd_seq_err;
+  EXPECT_EQ(sa.retry_exceeded_err, 0u);
+  return r;
+}
+
+void Print(const char* what, const Result& r) {
+  std::printf("  %-28s lost %5llu retransmitted %6llu (%.2f per loss) goodput %6.2f Gb/s "
+              "SACKs %llu held %llu RTOs %llu NAKs %llu\n",
+              what, static_cast<unsigned long long>(r.lost), static_cast<unsigned long long>(r.retransmitted),
+              r.lost ? static_cast<double>(r.retransmitted) / static_cast<double>(r.lost) : 0.0, r.goodput_gbps,
+              static_cast<unsigned long long>(r.sacks), static_cast<unsigned long long>(r.held),
+              static_cast<unsigned long long>(r.rtos), static_cast<unsigned long long>(r.seq_naks));
+}
+
+// The issue's checks for one loss model: retransmitted/lost ≤ 1.1 with
+// selective repeat (go-back-N far above), goodput a multiple of go-back-N's,
+// every byte in place with both.
+void Compare(const std::string& loss, double min_goodput_ratio) {
+  Options o;
+  o.loss = loss;
+  const Result sr = RunWrites(o);
+  o.sr_a = o.sr_b = false;
+  const Result gbn = RunWrites(o);
+  Print(("selective repeat, " + loss).c_str(), sr);
+  Print(("go-back-N, " + loss).c_str(), gbn);
+  std::printf("  goodput ratio %.2f\n", sr.goodput_gbps / gbn.goodput_gbps);
+  EXPECT_TRUE(sr.bytes_ok);
+  EXPECT_TRUE(gbn.bytes_ok);
+  ASSERT_GT(sr.lost, 100u);
+  ASSERT_GT(gbn.lost, 100u);
+  EXPECT_LE(static_cast<double>(sr.retransmitted), 1.1 * static_cast<double>(sr.lost));
+  EXPECT_GT(static_cast<double>(gbn.retransmitted), 5.0 * static_cast<double>(gbn.lost));
+  EXPECT_GE(sr.goodput_gbps, min_goodput_ratio * gbn.goodput_gbps);
+  EXPECT_EQ(sr.seq_naks, 0u);  // no go-back-N fallback
+  EXPECT_GT(sr.sacks, 0u);
+}
+
+// The goodput check of the issue is at 1 % random loss: at least 3×.
+TEST(SelectiveRepeat, RandomLoss1Percent) { Compare("loss random 1%", 3.0); }
+
+// netem's Gilbert-Elliott: bursts (p = 0.5 % into Bad, r = 30 % back out,
+// 50 % loss in Bad, none in Good): 0.82 % loss on average, several in a row.
+// Bursts cost go-back-N one rewind each, so it does better than at random
+// loss; the issue asks for the retransmission ratio here, and selective
+// repeat must still be well ahead.
+TEST(SelectiveRepeat, GilbertElliottLoss) { Compare("loss gemodel 0.5% 30% 50% 0%", 2.0); }
+
+// No loss: nothing is resent, nothing held, and selective repeat costs no
+// goodput.
+TEST(SelectiveRepeat, NoLossNoResend) {
+  Options o;
+  o.loss = "loss random 0%";
+  const Result sr = RunWrites(o);
+  o.sr_a = o.sr_b = false;
+  const Result gbn = RunWrites(o);
+  Print("selective repeat, no loss", sr);
+  Print("go-back-N, no loss", gbn);
+  EXPECT_TRUE(sr.bytes_ok);
+  EXPECT_EQ(sr.retransmitted, 0u);
+  EXPECT_EQ(sr.held, 0u);
+  EXPECT_EQ(sr.rtos, 0u);
+  EXPECT_GE(sr.goodput_gbps, 0.99 * gbn.goodput_gbps);
+}
+
+// A responder without selective repeat (an RNIC, rxe, droce with it off)
+// ignores the bit: it NAKs gaps and the requester goes back N; its answers
+// never carry the bit, so the requester never holds back to its window or
+// expects SACKs.
+TEST(SelectiveRepeat, PeerWithoutItGetsGoBackN) {
+  Options o;
+  o.sr_b = false;
+  o.writes = 128;
+  const Result r = RunWrites(o);
+  Print("requester only", r);
+  EXPECT_TRUE(r.bytes_ok);
+  EXPECT_GT(r.sr_bit_requests, 0u);
+  EXPECT_EQ(r.sr_bit_responses, 0u);
+  EXPECT_EQ(r.sacks, 0u);
+  EXPECT_EQ(r.held, 0u);
+  EXPECT_EQ(r.rtos, 0u);
+  EXPECT_GT(r.seq_naks, 0u);
+}
+
+// A requester without it sends no bit; a responder with it answers as any
+// RoCE responder: NAKs, no holding, no bit on the wire at all.
+TEST(SelectiveRepeat, RequesterWithoutItGetsGoBackN) {
+  Options o;
+  o.sr_a = false;
+  o.writes = 128;
+  const Result r = RunWrites(o);
+  Print("responder only", r);
+  EXPECT_TRUE(r.bytes_ok);
+  EXPECT_EQ(r.sr_bit_requests, 0u);
+  EXPECT_EQ(r.sr_bit_responses, 0u);
+  EXPECT_EQ(r.held, 0u);
+  EXPECT_GT(r.seq_naks, 0u);
+}
+
+}  // namespace
+}  // namespace droce::test
