@@ -158,7 +158,13 @@ void Qp::OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth) {
   if (attr_.state == QpState::kErr) return;
   const uint32_t s = pkt.bth.psn;
   if (wire::psn_lt(s, unacked_psn_) || !wire::psn_lt(s, next_psn_)) return;
-  sr_sacked_[s & (sr_.window - 1)] = s;
+  // s and the sr_run PSNs right before it are held at the responder.
+  for (uint32_t k = 0, p = s; k <= pkt.bth.sr_run && !wire::psn_lt(p, unacked_psn_); ++k) {
+    sr_sacked_[p & (sr_.window - 1)] = p;
+    p = wire::psn_add(p, wire::kPsnMask);  // p - 1
+  }
+  const SrResent& head = sr_resent_[unacked_psn_ & (sr_.window - 1)];
+  if (head.psn == unacked_psn_ && !wire::psn_lt(s, head.next)) sr_resend_head_ = true;
   const uint32_t above = wire::psn_add(s, 1);
   if (!sr_recovery_) {
     // A new recovery looks from the oldest unacknowledged PSN on, but not
@@ -176,23 +182,16 @@ void Qp::OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth) {
 }
 
 // Nothing was acknowledged for rto_us: resend the oldest unacknowledged
-// packet (the responder's cumulative acknowledgement stops there), and look
-// at every hole below the highest SACK again.
+// packet (the responder's cumulative acknowledgement stops there; a READ or
+// atomic asks again for its missing response). Only that one: the other
+// holes were resent once already, and their SACKs or the cumulative
+// acknowledgement say soon enough which of those were lost as well.
 void Qp::SrTimeout(uint64_t now) {
   sr_timer_ns_ = now;
   last_read_goback_psn_ = 0xFFFFFFFF;  // a READ's missing responses may be asked for again
   Count(QpCounter::sr_timeouts);
   Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
-  const uint32_t above = wire::psn_add(unacked_psn_, 1);
-  if (!sr_recovery_) {
-    sr_recovery_ = true;
-    sr_recover_psn_ = next_psn_;
-    sr_high_sack_ = above;
-  } else if (wire::psn_lt(sr_high_sack_, above)) {
-    sr_high_sack_ = above;
-  }
-  sr_retx_psn_ = unacked_psn_;
-  sr_retx_wqe_ = sq_comp_;
+  sr_resend_head_ = true;
 }
 
 // The requester rewinds (an RNR NAK, a NAK, the local ACK timeout, a lost
@@ -200,7 +199,8 @@ void Qp::SrTimeout(uint64_t now) {
 // responder dropped what it held, so no SACK stands.
 void Qp::SrForgetSacks() {
   std::fill(sr_sacked_.begin(), sr_sacked_.end(), kNoSack);
-  sr_recovery_ = sr_read_resend_ = false;
+  sr_recovery_ = sr_resend_head_ = false;
+  std::fill(sr_resent_.begin(), sr_resent_.end(), SrResent{});
   sr_retx_psn_ = unacked_psn_;
 }
 
@@ -211,19 +211,32 @@ void Qp::SrForgetSacks() {
 bool Qp::SrResend(unsigned budget, unsigned* sent) {
   const uint32_t mask = sq_.size() - 1;
   const uint32_t end = send_pkt_ != 0 ? sq_send_ + 1 : sq_send_;
-  if (sr_read_resend_) {
-    // The head READ or atomic: a request for the part still missing (an
-    // atomic's result is replayed by the responder, never executed again).
-    SendCtx& head = send_ctx_[sq_comp_ & mask];
-    if (sq_comp_ != end && needs_response(head.wqe.op) && !head.done) {
+  if (sr_resend_head_) {
+    // The oldest unacknowledged packet: its resend was lost, or it is a
+    // READ or atomic whose response was (a request for the part still
+    // missing; an atomic's result is replayed, never executed again).
+    for (uint32_t i = sq_comp_; i != end; ++i) {
+      SendCtx& ctx = send_ctx_[i & mask];
+      if (ctx.npkts == 0 || wire::psn_lt(wire::psn_add(ctx.first_psn, ctx.npkts - 1), unacked_psn_)) continue;
+      if (needs_response(ctx.wqe.op) && ctx.done) break;
+      const uint32_t pkt = needs_response(ctx.wqe.op) ? ctx.resp_pkts
+                           : wire::psn_lt(unacked_psn_, ctx.first_psn)
+                               ? 0
+                               : static_cast<uint32_t>(wire::psn_diff(unacked_psn_, ctx.first_psn));
       if (!PaceReady()) return false;
-      Trace(TraceKind::kRetransmit, 0, wire::psn_add(head.first_psn, head.resp_pkts));
-      if (!BuildRequestPacket(head, head.resp_pkts)) return false;
+      const uint32_t psn = wire::psn_add(ctx.first_psn, pkt);
+      Trace(TraceKind::kRetransmit, 0, psn);
+      if (!BuildRequestPacket(ctx, pkt)) return false;
       PaceSent();
-      head.issued_at_resp = true;
+      sr_resent_[psn & (sr_.window - 1)] = {psn, next_psn_};
+      if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
       ++*sent;
+      // The recovery's scan does not send it a second time.
+      const uint32_t done_to = needs_response(ctx.wqe.op) ? wire::psn_add(ctx.first_psn, ctx.npkts) : wire::psn_add(psn, 1);
+      if (!wire::psn_lt(sr_retx_psn_, psn) && wire::psn_lt(sr_retx_psn_, done_to)) sr_retx_psn_ = done_to;
+      break;
     }
-    sr_read_resend_ = false;
+    sr_resend_head_ = false;
   }
   while (*sent < budget && wire::psn_lt(sr_retx_psn_, sr_high_sack_)) {
     if (wire::psn_lt(sr_retx_psn_, unacked_psn_)) sr_retx_psn_ = unacked_psn_;
@@ -271,9 +284,11 @@ bool Qp::SrResend(unsigned budget, unsigned* sent) {
       sr_retx_psn_ = psn;  // again when the pacer allows
       return false;
     }
-    Trace(TraceKind::kRetransmit, 0, wire::psn_add(ctx.first_psn, pkt));
+    const uint32_t resent = wire::psn_add(ctx.first_psn, pkt);
+    Trace(TraceKind::kRetransmit, 0, resent);
     if (!BuildRequestPacket(ctx, pkt)) return false;
     PaceSent();
+    sr_resent_[resent & (sr_.window - 1)] = {resent, next_psn_};
     if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
     ++*sent;
   }
@@ -282,7 +297,7 @@ bool Qp::SrResend(unsigned budget, unsigned* sent) {
 
 void Qp::ReadLost(uint32_t first_missing) {
   if (SrActive()) {
-    sr_read_resend_ = true;  // SrResend, from PollSend
+    sr_resend_head_ = true;  // SrResend, from PollSend
     return;
   }
   GoBackTo(first_missing);

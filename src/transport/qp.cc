@@ -85,6 +85,7 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   if (reliable() && init.sr.on) {
     sr_ = init.sr;
     sr_sacked_.assign(sr_.window, kNoSack);
+    sr_resent_.assign(sr_.window, SrResent{});
     // Room for a SACK per held request on top of the responses owed, so
     // SACKs never crowd out a READ or atomic (a power of two: the ring's
     // indexes run free).

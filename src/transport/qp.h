@@ -338,6 +338,7 @@ class Qp {
     bool finished = false;   // READ: the last packet has been sent
     uint64_t orig = 0;       // atomic result
     bool sr = false;         // ACK: to a selective-repeat requester (carries wire::Bth::sr)
+    uint8_t sack_run = 0;    // SACK: PSNs before psn held too (wire::Bth::sr_run)
     wire::MacAddr dmac{};
     wire::Ipv6Addr dgid{};   // the requester's address (the request's source)
   };
@@ -378,7 +379,7 @@ class Qp {
   void SrForgetSacks();
   // A READ's responses were lost (a gap, or an ACK beyond it): rewind to
   // its first missing response (go-back-N), or with selective repeat ask
-  // for just the rest of that READ.
+  // for just the rest of that READ (SrResend, sr_resend_head_).
   void ReadLost(uint32_t first_missing);
   bool SrSacked(uint32_t psn) const { return sr_sacked_[psn & (sr_.window - 1)] == psn; }
   // Selective repeat, responder side (responder.cc): hold a request that
@@ -510,7 +511,16 @@ class Qp {
   bool sr_peer_ = false;          // a response from the peer carried wire::Bth::sr
   std::vector<uint32_t> sr_sacked_;  // requester: slot psn & (window-1) holds the PSN SACKed there
   bool sr_recovery_ = false;      // SACKs showed holes that are being resent
-  bool sr_read_resend_ = false;   // the head READ lost responses: ask again for the rest
+  // What next_psn_ was when a PSN was last resent (slot psn & (window-1)):
+  // a SACK for a PSN first sent after that, while the resent one is still
+  // the oldest unacknowledged, means the resend was lost too (the path
+  // keeps order): it goes again at once, not at the timeout.
+  struct SrResent {
+    uint32_t psn = kNoSack;
+    uint32_t next = 0;
+  };
+  std::vector<SrResent> sr_resent_;
+  bool sr_resend_head_ = false;   // resend the oldest unacknowledged packet (a READ: ask for the rest)
   uint32_t sr_recover_psn_ = 0;   // recovery ends once everything before it is acknowledged
   uint32_t sr_high_sack_ = 0;     // one past the highest PSN SACKed in this recovery
   uint32_t sr_retx_psn_ = 0;      // the next PSN the recovery looks at
@@ -520,6 +530,7 @@ class Qp {
   struct SrHeld {
     uint32_t psn = 0;
     uint32_t len = 0;  // 0: empty
+    wire::PacketView view;  // as parsed, pointing into the copy
   };
   std::vector<SrHeld> sr_held_;          // responder: requests held, slot psn & (window-1)
   std::unique_ptr<uint8_t[]> sr_frames_;  // their frames, sr_frame_cap_ bytes each

@@ -416,7 +416,7 @@ bool Qp::PollSend(unsigned budget) {
     resolving_since_ns_ = 0;
   }
   unsigned sent = 0;
-  if (sr_recovery_ || sr_read_resend_) [[unlikely]] {
+  if (sr_recovery_ || sr_resend_head_) [[unlikely]] {
     // Selective repeat: the holes SACKs revealed go before new requests.
     if (!SrResend(budget, &sent)) return paced_until_ns_ != 0 ? more : attr_.state == QpState::kRts;
   }

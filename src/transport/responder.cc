@@ -310,15 +310,32 @@ bool Qp::SrHold(const wire::PacketView& pkt) {
   SrHeld& h = sr_held_[slot];
   if (h.len == 0 || h.psn != pkt.bth.psn) {
     if (h.len == 0) ++sr_held_count_;
-    std::memcpy(&sr_frames_[size_t{slot} * sr_frame_cap_], pkt.frame.data(), pkt.frame_len);
+    uint8_t* copy = &sr_frames_[size_t{slot} * sr_frame_cap_];
+    std::memcpy(copy, pkt.frame.data(), pkt.frame_len);
     h.psn = pkt.bth.psn;
     h.len = pkt.frame_len;
+    // The parse holds: the view points into the copy (no second parse and
+    // ICRC check when it runs).
+    h.view = pkt;
+    h.view.frame = std::span<const uint8_t>(copy, pkt.frame_len);
+    h.view.payload = pkt.payload != nullptr ? copy + (pkt.payload - pkt.frame.data()) : nullptr;
     Count(QpCounter::sr_held_pkts);
   }
   // The SACK: a PSN sequence error NAK with the selective-repeat bit, whose
-  // BTH PSN is the request received and whose MSN field is the cumulative
-  // acknowledgement (the PSN expected next). Resent with every copy, in
-  // case the last one was lost.
+  // BTH PSN is the request received, whose MSN field is the cumulative
+  // acknowledgement (the PSN expected next), and whose sr_run says how many
+  // PSNs right before it are held too: a SACK still queued for the PSN
+  // before grows instead of a new one (one per receive burst, not one per
+  // packet). Sent again for every copy, in case the last one was lost.
+  if (resp_head_ != resp_tail_) {
+    Response& tail = responses_[(resp_tail_ - 1) % responses_.size()];
+    if (tail.kind == Response::kAck && tail.sr && (tail.syndrome >> 5) == 3 && tail.msn == epsn_ &&
+        wire::psn_add(tail.psn, 1) == pkt.bth.psn && tail.sack_run < 63) {
+      tail.psn = pkt.bth.psn;
+      ++tail.sack_run;
+      return true;
+    }
+  }
   if (resp_tail_ - resp_head_ >= responses_.size()) {
     Count(QpCounter::tx_dropped);
     return true;
@@ -344,14 +361,10 @@ void Qp::SrDrain(const wire::PacketView& pkt) {
   while (sr_held_count_ != 0 && attr_.state != QpState::kErr) {
     SrHeld& h = sr_held_[epsn_ & (sr_.window - 1)];
     if (h.len == 0 || h.psn != epsn_) break;
-    const uint32_t len = h.len;
     h.len = 0;
     --sr_held_count_;
-    wire::PacketView v;
-    const uint8_t* frame = &sr_frames_[size_t{epsn_ & (sr_.window - 1)} * sr_frame_cap_];
-    if (wire::parse_frame(std::span<const uint8_t>(frame, len), &v) != wire::ParseError::kOk) break;
     const uint32_t before = epsn_;
-    ExecuteRequest(v);
+    ExecuteRequest(h.view);
     ran = true;
     if (epsn_ == before) {
       SrDropHeld();

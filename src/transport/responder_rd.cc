@@ -109,6 +109,7 @@ bool Qp::BuildAck(const Response& r) {
   b.dqpn = attr_.dest_qpn;
   b.psn = r.psn;
   b.sr = r.sr;
+  b.sr_run = r.sack_run;
   wire::write_bth(f.data + bth_off, b);
   wire::write_aeth(f.data + bth_off + info.aeth, atomic ? wire::Aeth::ack(r.msn) : wire::Aeth{r.syndrome, r.msn});
   if (atomic) wire::store_be64(f.data + bth_off + info.atomic_ack_eth, r.orig);

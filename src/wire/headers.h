@@ -30,6 +30,9 @@ struct Bth {
   // sets it on its requests; a droce responder with it on answers such a
   // requester with it set, and its SACKs are NAKs carrying it.
   bool sr = false;
+  // With sr on a SACK: how many PSNs before this one are held too (0..63),
+  // in the other 6 reserved bits of that byte; 0 on every other packet.
+  uint8_t sr_run = 0;
   uint32_t psn = 0;      // 24 bits
 };
 
@@ -46,6 +49,7 @@ inline Bth read_bth(const uint8_t* p) {
   b.dqpn = load_be24(p + 5);
   b.ackreq = p[8] & 0x80;
   b.sr = p[8] & 0x40;
+  b.sr_run = p[8] & 0x3F;
   b.psn = load_be24(p + 9);
   return b;
 }
@@ -57,7 +61,7 @@ inline void write_bth(uint8_t* p, const Bth& b) {
   store_be16(p + 2, b.pkey);
   p[4] = static_cast<uint8_t>((b.fecn ? 0x80 : 0) | (b.becn ? 0x40 : 0));
   store_be24(p + 5, b.dqpn);
-  p[8] = static_cast<uint8_t>((b.ackreq ? 0x80 : 0) | (b.sr ? 0x40 : 0));
+  p[8] = static_cast<uint8_t>((b.ackreq ? 0x80 : 0) | (b.sr ? 0x40 : 0) | (b.sr_run & 0x3F));
   store_be24(p + 9, b.psn);
 }
 

@@ -407,7 +407,7 @@ TEST(Settings, SelectiveRepeat) {
   s = Raw().Set(Setting::kSr, "on").Parse();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->global.sr.on);
-  EXPECT_EQ(s->global.sr.window, 256u);
+  EXPECT_EQ(s->global.sr.window, 512u);
   EXPECT_EQ(s->global.sr.rto_us, 320u);
   s = Raw().Set(Setting::kSr, "on,window=64,rto=1ms").Parse();
   ASSERT_TRUE(s.ok()) << s.status();

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Selective repeat on a live link (DROCE_SR, issue 17 item 5, docs/LAB.md):
+# two processes over memif, the client's engine dropping its own requests
+# with the fault injector (DROCE_FAULT on what it sends).
+#
+#   1. write_check (64 KiB RDMA WRITEs, every byte checked by the server)
+#      with selective repeat at both ends, at 1 % random loss and at
+#      Gilbert-Elliott loss: every byte right, and the client resent at most
+#      1.1 packets per packet the rule dropped (retransmitted_pkts against
+#      the rule's dropped count).
+#   2. The same without selective repeat: every byte right, go-back-N
+#      resending many packets per loss.
+#   3. Only the client with it on: the server holds nothing and sends no
+#      SACK, so the client never gets one (plain go-back-N both ways).
+#   4. perftest's ib_write_bw with it on at both ends at 1 % loss: it runs
+#      to the end and the client acted on SACKs.
+# Goodput is printed, not checked (bench/sr compares it, alternated).
+#
+# usage: sr_pair.sh LAUNCHER WRITE_CHECK IB_WRITE_BW
+# Every process is bounded by `timeout` and killed on exit.
+set -u
+
+if [ $# -ne 3 ]; then
+  echo "usage: $0 LAUNCHER WRITE_CHECK IB_WRITE_BW" >&2
+  exit 2
+fi
+launcher=$1
+check=$2
+perftest=$3
+dir=$(mktemp -d /tmp/droce-sr.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+# shellcheck source=pair_common.sh
+. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen
+unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE
+srv=""
+cleanup() {
+  kill_group "$srv"
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
+
+# run NAME SERVER_SR CLIENT_SR RULE PROGRAM...: the server end of PROGRAM
+# (write_check server PORT, or ib_write_bw -p PORT), then its client with
+# DROCE_FAULT=RULE; logs in $dir/NAME.{server,client}.log. PORT in $port.
+run() {
+  local name=$1 ssr=$2 csr=$3 rule=$4 kind=$5
+  port=$(( 20000 + RANDOM % 20000 ))
+  rm -f "$dir/m.sock"
+  local sargs cargs
+  if [ "$kind" = check ]; then
+    sargs=("$check" server "$port")
+    cargs=("$check" client 127.0.0.1 "$port" 2)
+  else
+    sargs=("$perftest" -s 65536 -D 2 --report_gbits -p "$port")
+    cargs=("$perftest" -s 65536 -D 2 --report_gbits -p "$port" 127.0.0.1)
+  fi
+  DROCE_SR=$ssr DROCE_STATS=1 setsid timeout 60 "$launcher" exec \
+    --link "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.1/24 \
+    -- "${sargs[@]}" >"$dir/$name.server.log" 2>&1 &
+  srv=$!
+  wait_tcp_listen "$port" || fail "$name: the server did not listen"
+  DROCE_SR=$csr DROCE_STATS=1 DROCE_FAULT=$rule timeout 60 "$launcher" exec \
+    --link "net_memif0,role=client,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.2/24 \
+    -- "${cargs[@]}" >"$dir/$name.client.log" 2>&1
+  local crc=$?
+  wait "$srv"
+  local src=$?
+  srv=""
+  [ "$crc" -eq 0 ] || fail "$name: the client exited with $crc"
+  [ "$src" -eq 0 ] || fail "$name: the server exited with $src"
+}
+
+# dropped LOG: the client's fault rule 1 dropped count.
+dropped() {
+  grep -E "fault rule 1 " "$1" | sed -nE 's/.*, dropped ([0-9]+),.*/\1/p' | head -n1
+}
+
+# checked NAME RULE SERVER_SR CLIENT_SR: a write_check run; prints its
+# figures, checks the bytes, sets lost and resent.
+checked() {
+  local name=$1 rule=$2
+  run "$name" "$3" "$4" "$rule" check
+  local c="$dir/$name.client.log" s="$dir/$name.server.log"
+  grep -q "bad_words 0$" "$c" || fail "$name: the client saw bad words"
+  grep -q "server: passes [1-9][0-9]* bad_words 0$" "$s" || fail "$name: the server found bad words"
+  lost=$(dropped "$c")
+  resent=$(stat_of "$c" retransmitted_pkts)
+  [ -n "$lost" ] && [ "$lost" -gt 100 ] || fail "$name: the rule dropped ${lost:-nothing}"
+  resent=${resent:-0}
+  echo "[$name] $(grep -E '^passes' "$c"); dropped $lost, retransmitted $resent," \
+       "SACKs $(stat_of "$c" sr_sack_rcvd), held $(stat_of "$s" sr_held_pkts), RTOs $(stat_of "$c" sr_timeouts)"
+}
+
+# 1. Selective repeat at both ends.
+for case in "random:loss random 1%" "gemodel:loss gemodel 0.5% 30% 50% 0%"; do
+  name=${case%%:*}
+  checked "sr_$name" "${case#*:}" on on
+  [ $(( resent * 10 )) -le $(( lost * 11 )) ] || fail "sr_$name: $resent retransmitted for $lost lost (more than 1.1 per loss)"
+  [ -n "$(stat_of "$dir/sr_$name.client.log" sr_sack_rcvd)" ] || fail "sr_$name: no SACK reached the client"
+done
+
+# 2. Go-back-N.
+checked gbn "loss random 1%" off off
+[ "$resent" -gt $(( lost * 2 )) ] || fail "gbn: only $resent retransmitted for $lost lost: is go-back-N still going back?"
+[ -z "$(stat_of "$dir/gbn.client.log" sr_sack_rcvd)" ] || fail "gbn: SACKs without selective repeat"
+
+# 3. The client alone: nothing held, no SACK, go-back-N.
+checked half "loss random 1%" off on
+[ -z "$(stat_of "$dir/half.server.log" sr_held_pkts)" ] || fail "half: a server without selective repeat held requests"
+[ -z "$(stat_of "$dir/half.client.log" sr_sack_rcvd)" ] || fail "half: SACKs from a server without selective repeat"
+[ -n "$(stat_of "$dir/half.client.log" rcvd_seq_err)" ] || fail "half: no go-back-N NAK at 1 % loss"
+
+# 4. perftest.
+if command -v "$perftest" >/dev/null 2>&1; then
+  run perftest on on "loss random 1%" perftest
+  grep -E '^ *65536 ' "$dir/perftest.client.log" | sed 's/^/[perftest] /'
+  [ -n "$(stat_of "$dir/perftest.client.log" sr_sack_rcvd)" ] || fail "perftest: no SACK reached ib_write_bw's QP"
+else
+  echo "perftest: '$perftest' not installed, not run"
+fi
+echo "PASS: selective repeat over memif: byte-exact at random and Gilbert-Elliott loss, at most 1.1 resends per loss, go-back-N with a peer without it"

@@ -1,0 +1,305 @@
+// 64 KiB RDMA WRITEs between two processes with every byte checked, for the
+// selective-repeat test over a lossy live link (sr_pair.sh; perftest does
+// not check data). Run under droce (droce exec):
+//   write_check server PORT
+//   write_check client HOST PORT SECONDS
+// The client writes the server's 256 slots of 64 KiB in passes, each pass
+// with its own seeded contents and up to 32 WRITEs in flight; a SEND with
+// the pass number in its immediate data ends a pass (RC: after all its
+// WRITEs), the server checks every byte of every slot and answers with the
+// number of bad 8-byte words. The client prints
+//   passes P bytes B write_seconds S goodput G Gb/s bad_words W
+// (goodput over the time the WRITEs took, not the checks) and exits 0 if
+// every completion succeeded and no word was bad.
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rc_to_rts.h"
+
+namespace {
+
+constexpr uint32_t kSlot = 64 * 1024;
+constexpr uint32_t kSlots = 256;
+constexpr uint32_t kInFlight = 32;
+constexpr uint32_t kEnd = 0xFFFFFFFF;
+
+[[noreturn]] void die(const char* what) {
+  std::fprintf(stderr, "write_check: %s (errno %d %s)\n", what, errno, std::strerror(errno));
+  std::exit(1);
+}
+
+// The word at index i of slot s in pass p (SplitMix64 of the three).
+uint64_t Word(uint32_t p, uint32_t s, uint32_t i) {
+  uint64_t z = (uint64_t{p} << 40 ^ uint64_t{s} << 20 ^ i) + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+struct Wire {
+  uint32_t qpn;
+  uint32_t rkey;
+  uint64_t addr;
+  uint8_t gid[16];
+};
+
+void WriteAll(int fd, const void* p, size_t n) {
+  if (write(fd, p, n) != static_cast<ssize_t>(n)) die("tcp write");
+}
+void ReadAll(int fd, void* p, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t k = read(fd, static_cast<char*>(p) + got, n - got);
+    if (k <= 0) die("tcp read");
+    got += static_cast<size_t>(k);
+  }
+}
+
+struct Ends {
+  ibv_context* ctx;
+  ibv_pd* pd;
+  ibv_cq* cq;
+  ibv_qp* qp;
+  ibv_mr* mr;
+  ibv_mr* ctl_mr;
+  std::vector<uint64_t> buf;
+  uint32_t ctl[2] = {};  // [0]: receive, [1]: send
+};
+
+void Open(Ends* e) {
+  int n = 0;
+  ibv_device** devs = ibv_get_device_list(&n);
+  if (devs == nullptr || n == 0) die("no device");
+  e->ctx = ibv_open_device(devs[0]);
+  if (e->ctx == nullptr) die("ibv_open_device");
+  e->pd = ibv_alloc_pd(e->ctx);
+  e->cq = ibv_create_cq(e->ctx, 256, nullptr, nullptr, 0);
+  if (e->pd == nullptr || e->cq == nullptr) die("pd/cq");
+  ibv_qp_init_attr a{};
+  a.send_cq = a.recv_cq = e->cq;
+  a.qp_type = IBV_QPT_RC;
+  a.cap.max_send_wr = 64;
+  a.cap.max_recv_wr = 4;
+  a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+  e->qp = ibv_create_qp(e->pd, &a);
+  if (e->qp == nullptr) die("ibv_create_qp");
+  e->buf.assign(size_t{kSlots} * kSlot / 8, 0);
+  e->mr = ibv_reg_mr(e->pd, e->buf.data(), e->buf.size() * 8,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  e->ctl_mr = ibv_reg_mr(e->pd, e->ctl, sizeof(e->ctl), IBV_ACCESS_LOCAL_WRITE);
+  if (e->mr == nullptr || e->ctl_mr == nullptr) die("ibv_reg_mr");
+}
+
+Wire Local(const Ends& e) {
+  Wire w{};
+  w.qpn = e.qp->qp_num;
+  w.rkey = e.mr->rkey;
+  w.addr = reinterpret_cast<uint64_t>(e.buf.data());
+  ibv_gid gid;
+  if (ibv_query_gid(e.ctx, 1, 0, &gid)) die("ibv_query_gid");
+  std::memcpy(w.gid, gid.raw, 16);
+  return w;
+}
+
+// Everything released, the device closed (droce prints DROCE_STATS then).
+void Close(Ends* e) {
+  if (ibv_destroy_qp(e->qp) || ibv_dereg_mr(e->mr) || ibv_dereg_mr(e->ctl_mr) || ibv_destroy_cq(e->cq) ||
+      ibv_dealloc_pd(e->pd) || ibv_close_device(e->ctx)) {
+    die("teardown");
+  }
+}
+
+void Connect(Ends* e, const Wire& peer) {
+  ibv_gid gid;
+  std::memcpy(gid.raw, peer.gid, 16);
+  if (const char* step = RcToRts(e->qp, peer.qpn, gid)) {
+    std::fprintf(stderr, "write_check: modify to %s failed\n", step);
+    std::exit(1);
+  }
+}
+
+void PostRecv(Ends* e) {
+  ibv_sge s{reinterpret_cast<uint64_t>(&e->ctl[0]), 4, e->ctl_mr->lkey};
+  ibv_recv_wr w{};
+  ibv_recv_wr* bad;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  if (ibv_post_recv(e->qp, &w, &bad)) die("ibv_post_recv");
+}
+
+void PostSendImm(Ends* e, uint32_t imm, uint32_t value) {
+  e->ctl[1] = value;
+  ibv_sge s{reinterpret_cast<uint64_t>(&e->ctl[1]), 4, e->ctl_mr->lkey};
+  ibv_send_wr w{};
+  ibv_send_wr* bad;
+  w.wr_id = 1ull << 63;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = IBV_WR_SEND_WITH_IMM;
+  w.imm_data = htonl(imm);
+  w.send_flags = IBV_SEND_SIGNALED;
+  if (ibv_post_send(e->qp, &w, &bad)) die("ibv_post_send");
+}
+
+// Polls until a receive completes; returns its immediate data. Send
+// completions on the way are checked and counted in *sends.
+uint32_t AwaitRecv(Ends* e, uint32_t* sends) {
+  for (;;) {
+    ibv_wc wc[16];
+    const int k = ibv_poll_cq(e->cq, 16, wc);
+    if (k < 0) die("ibv_poll_cq");
+    for (int i = 0; i < k; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        std::fprintf(stderr, "write_check: completion %s (wr_id %llu)\n", ibv_wc_status_str(wc[i].status),
+                     static_cast<unsigned long long>(wc[i].wr_id));
+        std::exit(1);
+      }
+      if (wc[i].opcode == IBV_WC_RECV) return ntohl(wc[i].imm_data);
+      if (sends != nullptr) ++*sends;
+    }
+  }
+}
+
+int Server(int port) {
+  Ends e;
+  Open(&e);
+  const int ls = socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) || listen(ls, 1)) die("bind/listen");
+  const int fd = accept(ls, nullptr, nullptr);
+  if (fd < 0) die("accept");
+  Wire peer;
+  ReadAll(fd, &peer, sizeof(peer));
+  const Wire me = Local(e);
+  Connect(&e, peer);
+  PostRecv(&e);
+  WriteAll(fd, &me, sizeof(me));
+  uint64_t bad_total = 0;
+  uint32_t passes = 0;
+  for (;;) {
+    const uint32_t pass = AwaitRecv(&e, nullptr);
+    if (pass == kEnd) break;
+    PostRecv(&e);
+    uint32_t bad = 0;
+    for (uint32_t s = 0; s < kSlots; ++s) {
+      const uint64_t* slot = &e.buf[size_t{s} * kSlot / 8];
+      for (uint32_t i = 0; i < kSlot / 8; ++i) bad += slot[i] != Word(pass, s, i);
+    }
+    bad_total += bad;
+    ++passes;
+    PostSendImm(&e, pass, bad);
+  }
+  std::printf("server: passes %u bad_words %llu\n", passes, static_cast<unsigned long long>(bad_total));
+  std::fflush(stdout);
+  close(fd);
+  Close(&e);
+  return bad_total == 0 ? 0 : 1;
+}
+
+int Client(const char* host, int port, double seconds) {
+  Ends e;
+  Open(&e);
+  addrinfo hints{}, *ai = nullptr;
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  if (getaddrinfo(host, std::to_string(port).c_str(), &hints, &ai) != 0) die("getaddrinfo");
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, ai->ai_addr, ai->ai_addrlen)) die("connect");
+  freeaddrinfo(ai);
+  const Wire me = Local(e);
+  WriteAll(fd, &me, sizeof(me));
+  Wire peer;
+  ReadAll(fd, &peer, sizeof(peer));
+  Connect(&e, peer);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  double write_s = 0;
+  uint64_t bytes = 0, bad_total = 0;
+  uint32_t pass = 0;
+  while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+    ++pass;
+    for (uint32_t s = 0; s < kSlots; ++s) {
+      uint64_t* slot = &e.buf[size_t{s} * kSlot / 8];
+      for (uint32_t i = 0; i < kSlot / 8; ++i) slot[i] = Word(pass, s, i);
+    }
+    PostRecv(&e);
+    const auto t0 = Clock::now();
+    uint32_t posted = 0, done = 0;
+    while (done < kSlots) {
+      while (posted < kSlots && posted - done < kInFlight) {
+        ibv_sge sg{reinterpret_cast<uint64_t>(&e.buf[size_t{posted} * kSlot / 8]), kSlot, e.mr->lkey};
+        ibv_send_wr w{};
+        ibv_send_wr* badwr;
+        w.wr_id = posted;
+        w.sg_list = &sg;
+        w.num_sge = 1;
+        w.opcode = IBV_WR_RDMA_WRITE;
+        w.send_flags = IBV_SEND_SIGNALED;
+        w.wr.rdma.remote_addr = peer.addr + uint64_t{posted} * kSlot;
+        w.wr.rdma.rkey = peer.rkey;
+        if (ibv_post_send(e.qp, &w, &badwr)) die("ibv_post_send WRITE");
+        ++posted;
+      }
+      ibv_wc wc[32];
+      const int k = ibv_poll_cq(e.cq, 32, wc);
+      if (k < 0) die("ibv_poll_cq");
+      for (int i = 0; i < k; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS) {
+          std::fprintf(stderr, "write_check: WRITE %llu: %s\n", static_cast<unsigned long long>(wc[i].wr_id),
+                       ibv_wc_status_str(wc[i].status));
+          return 1;
+        }
+        ++done;
+      }
+    }
+    write_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    bytes += uint64_t{kSlots} * kSlot;
+    PostSendImm(&e, pass, 0);
+    uint32_t sends = 0;
+    if (AwaitRecv(&e, &sends) != pass) {
+      std::fprintf(stderr, "write_check: pass %u: the server answered another pass\n", pass);
+      return 1;
+    }
+    bad_total += e.ctl[0];
+  }
+  PostSendImm(&e, kEnd, 0);
+  for (uint32_t sends = 0; sends == 0;) {
+    ibv_wc wc;
+    const int k = ibv_poll_cq(e.cq, 1, &wc);
+    if (k < 0 || (k == 1 && wc.status != IBV_WC_SUCCESS)) die("end SEND");
+    sends += static_cast<uint32_t>(k);
+  }
+  std::printf("passes %u bytes %llu write_seconds %.3f goodput %.3f Gb/s bad_words %llu\n", pass,
+              static_cast<unsigned long long>(bytes), write_s, write_s > 0 ? bytes * 8 / write_s / 1e9 : 0.0,
+              static_cast<unsigned long long>(bad_total));
+  std::fflush(stdout);
+  close(fd);
+  Close(&e);
+  return bad_total == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[1], "server") == 0) return Server(std::atoi(argv[2]));
+  if (argc == 5 && std::strcmp(argv[1], "client") == 0) return Client(argv[2], std::atoi(argv[3]), std::atof(argv[4]));
+  std::fprintf(stderr, "usage: write_check server PORT | write_check client HOST PORT SECONDS\n");
+  return 2;
+}
