@@ -383,7 +383,7 @@ void Qp::ResetQueues() {
   mac_valid_ = false;
   attr_ = QpAttr{};  // state RESET, already published by Modify
   paced_until_ns_ = 0;
-  sr_peer_ = false;
+  sr_peer_ = sr_announced_ = false;
   if (!sr_sacked_.empty()) SrForgetSacks();
   SrDropHeld();
   sr_frames_.reset();  // sized by the path MTU, which the next RTR may change

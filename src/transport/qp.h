@@ -537,6 +537,7 @@ class Qp {
   uint32_t sr_frame_cap_ = 0;
   uint32_t sr_held_count_ = 0;
   bool sr_draining_ = false;
+  bool sr_announced_ = false;  // an ACK with the bit went to the requester
   uint64_t paced_until_ns_ = 0;
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK
   uint64_t pace_now_ns_ = 0;     // the clock reading of the pacer's last check

@@ -229,6 +229,9 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.psn = wire::psn_add(ctx.first_psn, pkt);
   b.ackreq = reliable() && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
   b.sr = sr_.on;  // only ever on for a reliable QP
+  // With selective repeat every resend asks for an ACK: whether it filled
+  // a hole or was a duplicate, the answer says where the responder is.
+  if (SrActive() && !rd && wire::psn_lt(b.psn, high_psn_)) b.ackreq = true;
   if (reliable() && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
     // Paced, 64 packets can take longer than the local ACK timeout (at
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at

@@ -103,6 +103,7 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
     if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
       tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
       tail.msn = aeth.msn;
+      if (tail.sr) sr_announced_ = true;
       Count(QpCounter::ack_coalesced);
       return;
     }
@@ -120,6 +121,7 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   // Tells a selective-repeat requester that this responder has it too (a
   // NAK without it is plain go-back-N's).
   r.sr = sr_.on && req.bth.sr && aeth.type() == wire::AckType::kAck;
+  if (r.sr) sr_announced_ = true;
   r.dmac = req.smac;
   r.dgid = req.sip6;
 }
@@ -541,7 +543,11 @@ void Qp::ExecuteRequest(const wire::PacketView& pkt) {
     }
     if (attr_.state == QpState::kErr) return;  // the completion could not be entered: no ACK
   }
-  if (pkt.bth.ackreq) QueueAck(pkt, wire::Aeth::ack(msn_), psn);
+  // A selective-repeat requester's first request is acknowledged at once,
+  // AckReq or not: the ACK carries the bit, which turns selective repeat on
+  // at the requester before its first loss (its retransmission timeout
+  // then covers a lost last packet of the first message too).
+  if (pkt.bth.ackreq || (pkt.bth.sr && sr_.on && !sr_announced_)) QueueAck(pkt, wire::Aeth::ack(msn_), psn);
 }
 
 // UC (IBA 9.8.3): no ACKs; a PSN gap drops the message in progress and

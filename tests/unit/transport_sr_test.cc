@@ -222,5 +222,91 @@ TEST(SelectiveRepeat, RequesterWithoutItGetsGoBackN) {
   EXPECT_GT(r.seq_naks, 0u);
 }
 
+// Exact counts, on the plain simulated link (1 µs, in order): one 8-packet
+// WRITE (MTU 1024) with chosen request PSNs dropped, `drops` times each.
+struct Exact {
+  uint64_t resent, held, sacks_sent, sacks_rcvd, rtos, naks;
+};
+Exact DropAndCount(bool sr, std::vector<uint32_t> pkt_index, int drops) {
+  SimPair p(LinkFaults{}, 7);
+  p.a.sr.on = p.b.sr.on = sr;
+  transport::sim::ConnectOpts c;
+  c.psn = 100;
+  EXPECT_EQ(p.Init(16, 64, 64 * 1024, c), 0);
+  std::vector<int> left(pkt_index.size(), drops);
+  p.net.tap = [&](const wire::PacketView& v) {
+    if (!(v.info->mask & wire::kMaskRequest)) return true;
+    for (size_t i = 0; i < pkt_index.size(); ++i) {
+      if (v.bth.psn == 100 + pkt_index[i] && left[i] > 0) {
+        --left[i];
+        return false;
+      }
+    }
+    return true;
+  };
+  for (size_t i = 0; i < 8 * 1024; ++i) p.a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
+  p.a.PostOp(queue::WqeOp::kWrite, 1, 0, 8 * 1024, p.b.Addr(16 * 1024), p.b.key);
+  std::vector<queue::Cqe> cqe(4);
+  EXPECT_TRUE(p.net.Run([&] { return p.a.scq_c->Poll(cqe.data(), 4) == 1; }));
+  EXPECT_EQ(cqe[0].status, queue::wc::kSuccess);
+  EXPECT_EQ(std::memcmp(&p.b.buf[16 * 1024], &p.a.buf[0], 8 * 1024), 0);
+  const Counters& a = p.a.env->stats;
+  const Counters& b = p.b.env->stats;
+  return {a.retransmitted_pkts, b.sr_held_pkts, b.sr_sack_sent, a.sr_sack_rcvd, a.sr_timeouts, a.rcvd_seq_err};
+}
+
+// Packet 2 lost once: packets 3-7 held, one SACK (they arrive in one burst,
+// so it grows to cover all five), packet 2 resent once.
+TEST(SelectiveRepeat, OneLossExactCounts) {
+  const Exact e = DropAndCount(true, {2}, 1);
+  EXPECT_EQ(e.resent, 1u);
+  EXPECT_EQ(e.held, 5u);
+  EXPECT_EQ(e.sacks_sent, 1u);
+  EXPECT_EQ(e.sacks_rcvd, 1u);
+  EXPECT_EQ(e.rtos, 0u);
+  EXPECT_EQ(e.naks, 0u);
+}
+
+// Go-back-N for the same loss: a NAK, and packets 2-7 go again.
+TEST(SelectiveRepeat, GoBackNExactCounts) {
+  const Exact e = DropAndCount(false, {2}, 1);
+  EXPECT_EQ(e.resent, 6u);
+  EXPECT_EQ(e.held, 0u);
+  EXPECT_EQ(e.sacks_sent + e.sacks_rcvd + e.rtos, 0u);
+  EXPECT_EQ(e.naks, 1u);
+}
+
+// The resend of packet 2 lost as well: nothing sent after it can tell, so
+// the retransmission timeout resends it (once), not the local ACK timeout.
+TEST(SelectiveRepeat, LostResendTimesOut) {
+  const Exact e = DropAndCount(true, {2}, 2);
+  EXPECT_EQ(e.resent, 2u);
+  EXPECT_EQ(e.held, 5u);
+  EXPECT_EQ(e.rtos, 1u);
+  EXPECT_EQ(e.naks, 0u);
+}
+
+// The last packet lost: no later packet makes a SACK. The responder
+// acknowledged only the first packet (its announcement; the others asked
+// for no ACK), so the first timeout resends packet 1, whose duplicate's
+// ACK moves the cumulative acknowledgement to 7, and the second resends 7.
+TEST(SelectiveRepeat, TailLossTimesOut) {
+  const Exact e = DropAndCount(true, {7}, 1);
+  EXPECT_EQ(e.resent, 2u);
+  EXPECT_EQ(e.held, 0u);
+  EXPECT_EQ(e.sacks_sent, 0u);
+  EXPECT_EQ(e.rtos, 2u);
+  EXPECT_EQ(e.naks, 0u);
+}
+
+// Two holes (packets 1 and 4): both resent once, the others held.
+TEST(SelectiveRepeat, TwoHolesExactCounts) {
+  const Exact e = DropAndCount(true, {1, 4}, 1);
+  EXPECT_EQ(e.resent, 2u);
+  EXPECT_EQ(e.held, 5u);  // 2, 3, 5, 6, 7
+  EXPECT_EQ(e.rtos, 0u);
+  EXPECT_EQ(e.naks, 0u);
+}
+
 }  // namespace
 }  // namespace droce::test
