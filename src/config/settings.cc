@@ -97,6 +97,50 @@ absl::Status ParseDeviceEntry(Setting s, const std::string& e, const CpuSet& cpu
   }
 }
 
+absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr);
+
+// One device's DROCE_CC, DROCE_DCQCN or DROCE_SR.
+absl::Status ParseQpDefault(Setting s, const std::string& e, DeviceSettings* d) {
+  switch (s) {
+    case Setting::kCc:
+      if (e == "dcqcn" || e == "on") {
+        d->cc = cc::CcMode::kDcqcn;
+      } else if (e == "off") {
+        d->cc = cc::CcMode::kOff;
+      } else {
+        return Invalid(absl::StrCat("'", e, "' is not dcqcn or off"));
+      }
+      return absl::OkStatus();
+    case Setting::kDcqcn: return cc::ParseDcqcnParams(e, &d->dcqcn);
+    case Setting::kSr: return ParseSr(e, &d->sr);
+    default: return absl::InternalError("not a QP default");
+  }
+}
+
+// DROCE_CC, DROCE_DCQCN, DROCE_SR: one value for every device, or a ';'
+// list with at most one entry per device (an empty entry keeps the default).
+absl::Status ParseEveryOrEachDevice(Setting s, const std::string& v, Settings* out) {
+  if (v.find(';') == std::string::npos) {
+    for (DeviceSettings& d : out->devices) {
+      if (absl::Status st = ParseQpDefault(s, v, &d); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
+  const std::vector<std::string> entries = SplitDevices(v);
+  const size_t n = out->devices.size();
+  if (entries.size() > n) {
+    return Invalid(absl::StrCat("'", v, "' has ", entries.size(), " entries, one per device, but there ",
+                                n == 1 ? "is 1 device" : absl::StrCat("are ", n, " devices"), " (one per link)"));
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].empty()) continue;
+    if (absl::Status st = ParseQpDefault(s, entries[i], &out->devices[i]); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("droce", i, ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A per-device list other than DROCE_LINK: at most one entry per device, so
 // that an address meant for a device that does not exist is not dropped
 // silently; a device without an entry (or with an empty one) keeps its default.
@@ -244,16 +288,8 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     }
     case Setting::kRate: return ParseRate(v, &g.rate_kbps, &g.rate_burst);
     case Setting::kCc:
-      if (v == "dcqcn" || v == "on") {
-        g.cc = cc::CcMode::kDcqcn;
-      } else if (v == "off") {
-        g.cc = cc::CcMode::kOff;
-      } else {
-        return Invalid(absl::StrCat("'", v, "' is not dcqcn or off"));
-      }
-      return absl::OkStatus();
-    case Setting::kDcqcn: return cc::ParseDcqcnParams(v, &g.dcqcn);
-    case Setting::kSr: return ParseSr(v, &g.sr);
+    case Setting::kDcqcn:
+    case Setting::kSr: return ParseEveryOrEachDevice(s, v, out);
   }
   return absl::InternalError("unknown setting");
 }

@@ -88,17 +88,6 @@ struct GlobalSettings {
   // ibv_modify_qp(IBV_QP_RATE_LIMIT) overrides it for its QP.
   uint32_t rate_kbps = 0;
   uint32_t rate_burst = 0;  // bytes; 0: one frame
-  // DROCE_CC: congestion control of every QP (cc/dcqcn.h): "dcqcn" (the
-  // default: data packets ECN-capable, CNPs sent on CE and acted on) or
-  // "off". DROCE_DCQCN: its parameters over ConnectX's defaults
-  // ("rpg_ai_rate=10,min_time_between_cnps=0,...").
-  cc::CcMode cc = cc::CcMode::kDcqcn;
-  cc::DcqcnParams dcqcn;
-  // DROCE_SR: selective repeat for every RC/XRC QP (transport/
-  // selective_repeat.h; docs/LAB.md): "off" (the default) or
-  // "on[,window=PKTS][,rto=TIME]". Used with a peer that has it on too;
-  // with any other, plain go-back-N.
-  transport::SelectiveRepeat sr;
 };
 
 // Settings of one device droce<i>: the i-th entry of each per-device list.
@@ -118,6 +107,20 @@ struct DeviceSettings {
   // Worker threads of the device (DROCE_WORKERS), each with its own rx/tx
   // queue pair on the link and its own QPs.
   int workers = 1;
+  // What the device's new QPs start with. DROCE_CC, DROCE_DCQCN and
+  // DROCE_SR take one value for every device, or a ';' list with one entry
+  // per device (an empty entry: the default).
+  // DROCE_CC: congestion control (cc/dcqcn.h): "dcqcn" (the default: data
+  // packets ECN-capable, CNPs sent on CE and acted on) or "off".
+  // DROCE_DCQCN: its parameters over ConnectX's defaults
+  // ("rpg_ai_rate=10,min_time_between_cnps=0,...").
+  cc::CcMode cc = cc::CcMode::kDcqcn;
+  cc::DcqcnParams dcqcn;
+  // DROCE_SR: selective repeat for RC/XRC QPs (transport/
+  // selective_repeat.h; docs/LAB.md): "off" (the default) or
+  // "on[,window=PKTS][,rto=TIME]". Used with a peer that has it on too;
+  // with any other, plain go-back-N.
+  transport::SelectiveRepeat sr;
 };
 
 struct Settings {

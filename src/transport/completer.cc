@@ -147,9 +147,11 @@ void Qp::AckUpTo(uint32_t next) {
 }
 
 // A SACK (SrHold at the responder): everything before its MSN field is
-// acknowledged, and its PSN is held there. Holes below the highest SACKed
-// PSN are resent once each (SrResend, from PollSend); a resend that is lost
-// again waits for the retransmission timeout (SrTimeout).
+// acknowledged, and its PSN and the sr_run PSNs before it are held there.
+// Holes below the highest SACKed PSN are resent once each (SrResend, from
+// PollSend). A resend lost again: if it is the oldest hole and this SACK
+// names a PSN first sent after it, at once; otherwise at the
+// retransmission timeout (SrTimeout).
 void Qp::OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth) {
   Count(QpCounter::sr_sack_rcvd);
   Trace(TraceKind::kNak, pkt.bth.opcode, pkt.bth.psn, aeth.value());

@@ -385,16 +385,38 @@ TEST(Settings, Rate) {
 TEST(Settings, CongestionControl) {
   auto s = Raw().Parse();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->global.cc, cc::CcMode::kDcqcn);  // on by default
-  EXPECT_EQ(s->global.dcqcn, cc::DcqcnParams{});
+  EXPECT_EQ(s->devices[0].cc, cc::CcMode::kDcqcn);  // on by default
+  EXPECT_EQ(s->devices[0].dcqcn, cc::DcqcnParams{});
   s = Raw().Set(Setting::kCc, "off").Set(Setting::kDcqcn, "rpg_ai_rate=10,min_time_between_cnps=0").Parse();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->global.cc, cc::CcMode::kOff);
-  EXPECT_EQ(s->global.dcqcn.rpg_ai_rate, 10u);
-  EXPECT_EQ(s->global.dcqcn.min_time_between_cnps, 0u);
-  EXPECT_EQ(s->global.dcqcn.rpg_time_reset, 300u);  // the others keep ConnectX's defaults
+  EXPECT_EQ(s->devices[0].cc, cc::CcMode::kOff);
+  EXPECT_EQ(s->devices[0].dcqcn.rpg_ai_rate, 10u);
+  EXPECT_EQ(s->devices[0].dcqcn.min_time_between_cnps, 0u);
+  EXPECT_EQ(s->devices[0].dcqcn.rpg_time_reset, 300u);  // the others keep ConnectX's defaults
   ExpectRefused(Raw().Set(Setting::kCc, "ecn"), Setting::kCc, "'ecn' is not dcqcn or off");
   ExpectRefused(Raw().Set(Setting::kDcqcn, "rpg_gd=99"), Setting::kDcqcn, "rpg_gd='99': expected an integer from 1 to 15");
+  // One value for every device, or one entry per device.
+  s = Raw().Set(Setting::kLink, "net_ring0;net_ring1").Set(Setting::kCc, "off").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->devices[0].cc, cc::CcMode::kOff);
+  EXPECT_EQ(s->devices[1].cc, cc::CcMode::kOff);
+  s = Raw()
+          .Set(Setting::kLink, "net_ring0;net_ring1")
+          .Set(Setting::kCc, ";off")
+          .Set(Setting::kDcqcn, "rpg_ai_rate=10;rpg_ai_rate=20")
+          .Set(Setting::kSr, "on;")
+          .Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->devices[0].cc, cc::CcMode::kDcqcn);
+  EXPECT_EQ(s->devices[1].cc, cc::CcMode::kOff);
+  EXPECT_EQ(s->devices[0].dcqcn.rpg_ai_rate, 10u);
+  EXPECT_EQ(s->devices[1].dcqcn.rpg_ai_rate, 20u);
+  EXPECT_TRUE(s->devices[0].sr.on);
+  EXPECT_FALSE(s->devices[1].sr.on);
+  ExpectRefused(Raw().Set(Setting::kLink, "net_ring0;net_ring1").Set(Setting::kCc, "off;ecn"), Setting::kCc,
+                "droce1: 'ecn' is not dcqcn or off");
+  ExpectRefused(Raw().Set(Setting::kCc, "off;off"), Setting::kCc,
+                "'off;off' has 2 entries, one per device, but there is 1 device (one per link)");
   EXPECT_STREQ(Info(Setting::kCc).flag, "cc");
   EXPECT_STREQ(Info(Setting::kDcqcn).flag, "dcqcn");
 }
@@ -403,17 +425,17 @@ TEST(Settings, CongestionControl) {
 TEST(Settings, SelectiveRepeat) {
   auto s = Raw().Parse();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_FALSE(s->global.sr.on);
+  EXPECT_FALSE(s->devices[0].sr.on);
   s = Raw().Set(Setting::kSr, "on").Parse();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_TRUE(s->global.sr.on);
-  EXPECT_EQ(s->global.sr.window, 512u);
-  EXPECT_EQ(s->global.sr.rto_us, 320u);
+  EXPECT_TRUE(s->devices[0].sr.on);
+  EXPECT_EQ(s->devices[0].sr.window, 512u);
+  EXPECT_EQ(s->devices[0].sr.rto_us, 320u);
   s = Raw().Set(Setting::kSr, "on,window=64,rto=1ms").Parse();
   ASSERT_TRUE(s.ok()) << s.status();
-  EXPECT_EQ(s->global.sr.window, 64u);
-  EXPECT_EQ(s->global.sr.rto_us, 1000u);
-  EXPECT_FALSE(Raw().Set(Setting::kSr, "off").Parse()->global.sr.on);
+  EXPECT_EQ(s->devices[0].sr.window, 64u);
+  EXPECT_EQ(s->devices[0].sr.rto_us, 1000u);
+  EXPECT_FALSE(Raw().Set(Setting::kSr, "off").Parse()->devices[0].sr.on);
   ExpectRefused(Raw().Set(Setting::kSr, "yes"), Setting::kSr, "'yes' is not on or off");
   ExpectRefused(Raw().Set(Setting::kSr, "on,window=100"), Setting::kSr,
                 "'window=100': the window is a power of two from 16 to 512 packets");
