@@ -225,14 +225,9 @@ bool Qp::SrResend(unsigned budget, unsigned* sent) {
                            : wire::psn_lt(unacked_psn_, ctx.first_psn)
                                ? 0
                                : static_cast<uint32_t>(wire::psn_diff(unacked_psn_, ctx.first_psn));
-      if (!PaceReady()) return false;
-      const uint32_t psn = wire::psn_add(ctx.first_psn, pkt);
-      Trace(TraceKind::kRetransmit, 0, psn);
-      if (!BuildRequestPacket(ctx, pkt)) return false;
-      PaceSent();
-      sr_resent_[psn & (sr_.window - 1)] = {psn, next_psn_};
-      if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
+      if (!PaceReady() || !SrSendAgain(ctx, pkt)) return false;
       ++*sent;
+      const uint32_t psn = wire::psn_add(ctx.first_psn, pkt);
       // The recovery's scan does not send it a second time.
       const uint32_t done_to = needs_response(ctx.wqe.op) ? wire::psn_add(ctx.first_psn, ctx.npkts) : wire::psn_add(psn, 1);
       if (!wire::psn_lt(sr_retx_psn_, psn) && wire::psn_lt(sr_retx_psn_, done_to)) sr_retx_psn_ = done_to;
@@ -282,18 +277,24 @@ bool Qp::SrResend(unsigned budget, unsigned* sent) {
       pkt = static_cast<uint32_t>(wire::psn_diff(psn, ctx.first_psn));
       sr_retx_psn_ = wire::psn_add(psn, 1);
     }
-    if (!PaceReady()) {
-      sr_retx_psn_ = psn;  // again when the pacer allows
+    if (!PaceReady() || !SrSendAgain(ctx, pkt)) {
+      sr_retx_psn_ = psn;  // again when the pacer allows, or a frame is free
       return false;
     }
-    const uint32_t resent = wire::psn_add(ctx.first_psn, pkt);
-    Trace(TraceKind::kRetransmit, 0, resent);
-    if (!BuildRequestPacket(ctx, pkt)) return false;
-    PaceSent();
-    sr_resent_[resent & (sr_.window - 1)] = {resent, next_psn_};
-    if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
     ++*sent;
   }
+  return true;
+}
+
+// Packet `pkt` of a sent WQE goes again (a READ: its request from there on,
+// a FIRST/ONLY response then expected at resp_pkts); false if it could not.
+bool Qp::SrSendAgain(SendCtx& ctx, uint32_t pkt) {
+  const uint32_t psn = wire::psn_add(ctx.first_psn, pkt);
+  Trace(TraceKind::kRetransmit, 0, psn);
+  if (!BuildRequestPacket(ctx, pkt)) return false;
+  PaceSent();
+  sr_resent_[psn & (sr_.window - 1)] = {psn, next_psn_};
+  if (needs_response(ctx.wqe.op)) ctx.issued_at_resp = true;
   return true;
 }
 

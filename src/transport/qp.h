@@ -375,6 +375,7 @@ class Qp {
   bool SrActive() const { return sr_.on && sr_peer_; }
   void OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth);
   bool SrResend(unsigned budget, unsigned* sent);
+  bool SrSendAgain(SendCtx& ctx, uint32_t pkt);
   void SrTimeout(uint64_t now);
   void SrForgetSacks();
   // A READ's responses were lost (a gap, or an ACK beyond it): rewind to
