@@ -619,6 +619,40 @@ std::string PrometheusText(Host& host) {
                       dev_counters[k].*i.field, "\n");
     }
   }
+  // The fault rules' counters (DROCE_FAULT, droce ctl fault): a series per
+  // rule, labelled with its number and text; nothing without rules.
+  std::vector<std::vector<engine::RuleTotals>> rules_of;
+  bool any_rule = false;
+  for (engine::Device* d : devs) {
+    rules_of.push_back(d->HasFaultRules() ? d->FaultRules() : std::vector<engine::RuleTotals>{});
+    any_rule |= !rules_of.back().empty();
+  }
+  if (any_rule) {
+    static constexpr struct {
+      const char* name;
+      uint64_t lab::RuleCounters::*field;
+      const char* help;
+    } kRuleCounters[] = {
+        {"matched", &lab::RuleCounters::matched, "frames the fault rule's filters matched"},
+        {"dropped", &lab::RuleCounters::dropped, "frames the fault rule dropped"},
+        {"corrupted", &lab::RuleCounters::corrupted, "frames the fault rule corrupted"},
+        {"marked", &lab::RuleCounters::marked, "frames the fault rule marked ECN CE"},
+        {"duplicated", &lab::RuleCounters::duplicated, "frames the fault rule duplicated"},
+        {"delayed", &lab::RuleCounters::delayed, "frames the fault rule delayed"},
+        {"reordered", &lab::RuleCounters::reordered, "frames the fault rule reordered"},
+    };
+    for (const auto& c : kRuleCounters) {
+      absl::StrAppend(&out, "# HELP droce_fault_rule_", c.name, "_total ", c.help, "\n# TYPE droce_fault_rule_",
+                      c.name, "_total counter\n");
+      for (size_t k = 0; k < devs.size(); ++k) {
+        for (size_t r = 0; r < rules_of[k].size(); ++r) {
+          absl::StrAppend(&out, "droce_fault_rule_", c.name, "_total{device=\"", Label(devs[k]->port().name),
+                          "\",rule=\"", r + 1, "\",text=\"", Label(rules_of[k][r].text), "\"} ",
+                          rules_of[k][r].counters.*c.field, "\n");
+        }
+      }
+    }
+  }
   absl::StrAppend(&out, "# HELP droce_port_active Whether the port is ACTIVE (1) or DOWN (0)\n",
                   "# TYPE droce_port_active gauge\n");
   for (engine::Device* d : devs) {

@@ -230,6 +230,7 @@ absl::Status Device::Setup(const Config& cfg) {
     // the loop's test of `fault` is all it costs. The worker index salts
     // the rules' seeds: two workers do not draw the same dice.
     if (!cfg.fault.empty()) w->fault = std::make_unique<FaultStage>(cfg.fault, i, dpdk_.pool(), NowNs());
+    if (!cfg.fault.empty()) has_fault_rules_.store(true, std::memory_order_relaxed);
     workers_.push_back(std::move(w));
   }
   // DROCE_CAPTURE: a capture from the first frame (droce<N>, N > 0, writes
@@ -1057,6 +1058,7 @@ void Device::SetFaultRules(std::vector<lab::FaultRule> rules) {
       }
     }
   });
+  has_fault_rules_.store(n != 0, std::memory_order_relaxed);
   Log(LogLevel::kInfo, "%s: %u fault rule%s now", port_.name.c_str(), static_cast<unsigned>(n), n == 1 ? "" : "s");
 }
 

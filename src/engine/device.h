@@ -256,6 +256,9 @@ class Device final : public Session {
   // Each rule with its counters summed over the workers (their stages
   // stopped for the copy).
   std::vector<RuleTotals> FaultRules();
+  // Whether the device has fault rules now: a reader that only wants their
+  // counters (the metrics endpoint) stops no worker for a device without.
+  bool HasFaultRules() const { return has_fault_rules_.load(std::memory_order_relaxed); }
   // Congestion control (cc/dcqcn.h; droce ctl cc): the mode and DCQCN
   // parameters of one QP (qpn != 0) or of every QP and every QP created
   // later (qpn 0), changed live; each QP's reaction point starts again at
@@ -511,6 +514,7 @@ class Device final : public Session {
   uint32_t rate_kbps_ = 0, rate_burst_ = 0;  // DROCE_RATE: every QP's pacing from its creation
   cc::CcMode cc_mode_ = cc::CcMode::kDcqcn;   // DROCE_CC, DROCE_DCQCN: every new QP's congestion control
   transport::SelectiveRepeat sr_;             // DROCE_SR: every new RC/XRC QP's loss recovery
+  std::atomic<bool> has_fault_rules_{false};  // HasFaultRules
   cc::DcqcnParams dcqcn_;
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);
 

@@ -4,12 +4,17 @@
 //   /droce/stats,DEV          a device's counters (DEV: index or name; default droce0)
 //   /droce/qps,DEV            its QPNs
 //   /droce/qp_stats,[DEV,]QPN one QP's counters
-// Read with Peek on the telemetry thread: the workers keep running.
+//   /droce/faults,DEV         its fault rules (DROCE_FAULT, droce ctl fault):
+//                             {"1": {"text": ..., "matched": ..., ...}, ...}
+// Read with Peek on the telemetry thread: the workers keep running (the
+// fault rules' counters are summed with the fault stages stopped for the
+// copy, only on a device that has rules).
 #include <rte_telemetry.h>
 
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/background.h"
 #include "common/counters.h"
@@ -80,6 +85,30 @@ int QpStats(const char*, const char* params, rte_tel_data* d) {
   return found ? 0 : -EINVAL;
 }
 
+int Faults(const char*, const char* params, rte_tel_data* d) {
+  MakeThreadBackground();
+  Device* dev = DeviceOf(params != nullptr ? params : "");
+  if (dev == nullptr) return -EINVAL;
+  const std::vector<RuleTotals> rules = dev->HasFaultRules() ? dev->FaultRules() : std::vector<RuleTotals>{};
+  rte_tel_data_start_dict(d);
+  for (size_t r = 0; r < rules.size(); ++r) {
+    rte_tel_data* c = rte_tel_data_alloc();
+    if (c == nullptr) return -ENOMEM;
+    rte_tel_data_start_dict(c);
+    rte_tel_data_add_dict_string(c, "text", rules[r].text.substr(0, RTE_TEL_MAX_STRING_LEN - 1).c_str());
+    const lab::RuleCounters& k = rules[r].counters;
+    rte_tel_data_add_dict_u64(c, "matched", k.matched);
+    rte_tel_data_add_dict_u64(c, "dropped", k.dropped);
+    rte_tel_data_add_dict_u64(c, "corrupted", k.corrupted);
+    rte_tel_data_add_dict_u64(c, "marked", k.marked);
+    rte_tel_data_add_dict_u64(c, "duplicated", k.duplicated);
+    rte_tel_data_add_dict_u64(c, "delayed", k.delayed);
+    rte_tel_data_add_dict_u64(c, "reordered", k.reordered);
+    rte_tel_data_add_dict_container(d, std::to_string(r + 1).c_str(), c, 0);  // frees c
+  }
+  return 0;
+}
+
 }  // namespace
 
 void RegisterTelemetry() {
@@ -87,6 +116,7 @@ void RegisterTelemetry() {
   rte_telemetry_register_cmd("/droce/stats", Stats, "A droce device's counters. Parameter: device name or index");
   rte_telemetry_register_cmd("/droce/qps", Qps, "A droce device's QPNs. Parameter: device name or index");
   rte_telemetry_register_cmd("/droce/qp_stats", QpStats, "One QP's counters. Parameters: [device,]qpn");
+  rte_telemetry_register_cmd("/droce/faults", Faults, "A droce device's fault rules and their counters. Parameter: device name or index");
 }
 
 }  // namespace droce::engine

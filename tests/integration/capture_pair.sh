@@ -156,6 +156,13 @@ echo "[fault show] $show"
 matched=${BASH_REMATCH[1]}; dropped=${BASH_REMATCH[2]}
 [ "$dropped" -gt 0 ] && [ $(( dropped * 100 )) -ge $(( matched / 2 )) ] && [ $(( dropped * 100 )) -le $(( matched * 2 )) ] ||
   fail "1 % loss set live dropped $dropped of $matched"
+# The same counters in the Prometheus text (droce ctl metrics, the metrics
+# endpoint): a series per rule, at least what fault show said a moment ago.
+metrics=$(ctl metrics)
+line=$(grep -E '^droce_fault_rule_dropped_total\{device="droce0",rule="1",text="rx loss random 1%"\} [0-9]+$' <<<"$metrics")
+[ -n "$line" ] || fail "no fault rule series in the metrics: $(grep fault_rule <<<"$metrics" | head -n 3)"
+echo "[metrics] $line"
+[ "${line##* }" -ge "$dropped" ] || fail "metrics say ${line##* } dropped, fault show said $dropped before"
 ctl capture start "$dir/fault.pcapng" count 3000 point both >/dev/null || fail "capture start with rules on"
 for _ in $(seq 1 50); do
   ctl capture show | grep -q 'state ended' && break

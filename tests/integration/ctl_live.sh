@@ -141,6 +141,18 @@ echo "after: device sent_pkts +$(( s1 - s0 )), rcvd_pkts +$(( r1 - r0 )) for $pk
 [ "$ps1" = "$s1" ] && [ "$ts1" = "$s1" ] || die "ctl, Prometheus and telemetry disagree at rest"
 [ $(( s1 - s0 )) -ge "$pkts" ] && [ $(( r1 - r0 )) -ge "$pkts" ] || die "fewer packets counted than the run sent"
 scrape | grep -q '^droced_clients_live 0$' || die "droced_clients_live is not 0 after the run"
+
+# --- fault rules' counters in the three views ------------------------------------
+telemetry /droce/faults,droce0 | py "assert j['/droce/faults'] in ({}, []), j" || die "telemetry /droce/faults without rules"
+ctl fault set 'tx loss random 0%' >/dev/null || die "fault set"
+ctl -j fault show | py "assert j[0]['rule'] == 1 and j[0]['text'] == 'tx loss random 0%', j" || die "fault show"
+telemetry /droce/faults,droce0 |
+  py "r = j['/droce/faults']['1']; assert r['text'] == 'tx loss random 0%' and r['dropped'] == 0, j" ||
+  die "telemetry /droce/faults: $(telemetry /droce/faults,droce0)"
+scrape | grep -qE '^droce_fault_rule_matched_total\{device="droce0",rule="1",text="tx loss random 0%"\} [0-9]+$' ||
+  die "no fault rule series in the metrics: $(scrape | grep fault_rule | head -n 4)"
+ctl fault clear >/dev/null || die "fault clear"
+scrape | grep -q '^droce_fault_rule' && die "fault rule series left after fault clear"
 ctl -j client show | py "assert j == [], j" || die "clients left after the run"
 
 # --- client kill: the daemon detaches a client and tears its objects down ------
