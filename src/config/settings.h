@@ -204,6 +204,9 @@ constexpr bool SettingsInEnumOrder() {
 static_assert(SettingsInEnumOrder());
 
 constexpr const SettingInfo& Info(Setting s) { return kSettings[static_cast<size_t>(s)]; }
+// DROCE_CC, DROCE_DCQCN, DROCE_SR: one value for every device, or a ';' list
+// with one entry per device.
+constexpr bool EveryOrEachDevice(Setting s) { return s == Setting::kCc || s == Setting::kDcqcn || s == Setting::kSr; }
 
 // The text of each setting, indexed by Setting; empty = unset (the default
 // applies), as for an empty environment variable.

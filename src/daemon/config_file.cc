@@ -173,6 +173,15 @@ absl::Status Parser::CheckSetting(const toml::node& v, const std::string& key, S
   if (config::Info(s).per_device && text.find(';') != std::string::npos) {
     return Error(v.source(), key, absl::StrCat("'", text, "' has a ';': one [[device]] table per device"));
   }
+  if (config::EveryOrEachDevice(s) && text.find(';') != std::string::npos) {
+    // One entry per device: each checked alone; their count against the
+    // [[device]] tables by the final cross-check.
+    for (const std::string& e : config::SplitDevices(text)) {
+      if (e.empty()) continue;
+      if (absl::Status st = CheckSetting(v, key, s, e); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  }
   // The value alone, as if it were the only DROCE_* variable set (one
   // device): exactly the engine's check, with its reason.
   config::RawSettings one;
@@ -296,7 +305,10 @@ absl::Status Parser::Devices(const toml::node& node) {
       if (sk == nullptr) {
         for (const SettingKey& e : kEngineKeys) {
           if (name == e.key) {
-            return Error(k.source(), key, "one value for every device (the engine has one): set it in [engine]");
+            return Error(k.source(), key,
+                         config::EveryOrEachDevice(e.setting)
+                             ? "set it in [engine]: one value for every device, or a ';' list with one entry per device"
+                             : "one value for every device (the engine has one): set it in [engine]");
           }
         }
         return Error(k.source(), key, "unknown key");

@@ -128,22 +128,25 @@ void Qp::AckUpTo(uint32_t next) {
     }
   }
   const uint64_t now = env_->NowNs();
-  if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) {
-    if (!sr_sacked_.empty()) {
-      // The SACKs of acknowledged PSNs are done with; a slot must never
-      // claim a PSN 2^24 later.
-      for (uint32_t p = unacked_psn_; p != next; p = wire::psn_add(p, 1)) {
-        uint32_t& slot = sr_sacked_[p & (sr_.window - 1)];
-        if (slot == p) slot = kNoSack;
-      }
-      sr_timer_ns_ = now;
-      if (sr_recovery_ && !wire::psn_lt(next, sr_recover_psn_)) sr_recovery_ = false;
-    }
-    unacked_psn_ = next;
-  }
+  if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) AdvanceUnacked(next, now);
   retries_left_ = attr_.retry_cnt;
   rnr_retries_left_ = attr_.rnr_retry;
   last_progress_ns_ = now;
+}
+
+// Everything before `next` (ahead of unacked_psn_) is acknowledged. With
+// selective repeat the SACK marks of those PSNs are done with (a slot must
+// never claim a PSN 2^24 later) and the retransmission timer restarts.
+void Qp::AdvanceUnacked(uint32_t next, uint64_t now) {
+  if (!sr_sacked_.empty()) {
+    for (uint32_t p = unacked_psn_; p != next; p = wire::psn_add(p, 1)) {
+      uint32_t& slot = sr_sacked_[p & (sr_.window - 1)];
+      if (slot == p) slot = kNoSack;
+    }
+    sr_timer_ns_ = now;
+    if (sr_recovery_ && !wire::psn_lt(next, sr_recover_psn_)) sr_recovery_ = false;
+  }
+  unacked_psn_ = next;
 }
 
 // A SACK (SrHold at the responder): everything before its MSN field is
@@ -194,6 +197,13 @@ void Qp::SrTimeout(uint64_t now) {
   Count(QpCounter::sr_timeouts);
   Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
   sr_resend_head_ = true;
+  // The SACK marks may be stale: the responder drops what it holds when it
+  // cannot run a request (RNR, no room for a response), and the NAK that
+  // tells may have been lost. Its next SACKs mark again what it has. The
+  // scan of this recovery (long done after a timeout) does not go on over
+  // PSNs that lost their marks.
+  std::fill(sr_sacked_.begin(), sr_sacked_.end(), kNoSack);
+  if (wire::psn_lt(sr_retx_psn_, sr_high_sack_)) sr_retx_psn_ = sr_high_sack_;
 }
 
 // The requester rewinds (an RNR NAK, a NAK, the local ACK timeout, a lost
@@ -203,7 +213,7 @@ void Qp::SrForgetSacks() {
   std::fill(sr_sacked_.begin(), sr_sacked_.end(), kNoSack);
   sr_recovery_ = sr_resend_head_ = false;
   std::fill(sr_resent_.begin(), sr_resent_.end(), SrResent{});
-  sr_retx_psn_ = unacked_psn_;
+  sr_retx_psn_ = sr_high_sack_ = unacked_psn_;  // nothing to scan
 }
 
 // Sends the holes of the recovery, oldest first, each once: PSNs in
@@ -389,7 +399,7 @@ void Qp::OnReadResponse(const wire::PacketView& pkt) {
   ctx.issued_at_resp = false;
   last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
-  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
+  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) AdvanceUnacked(wire::psn_add(psn, 1), env_->NowNs());
   if (last) {
     ctx.done = true;
     if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
@@ -417,7 +427,7 @@ void Qp::OnAtomicAck(const wire::PacketView& pkt) {
   ctx.done = true;
   last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
   retries_left_ = attr_.retry_cnt;
-  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) unacked_psn_ = wire::psn_add(psn, 1);
+  if (wire::psn_lt(unacked_psn_, wire::psn_add(psn, 1))) AdvanceUnacked(wire::psn_add(psn, 1), env_->NowNs());
   if (CompleteWqe(ctx, queue::wc::kSuccess)) sq_.publish_cons(sq_comp_);
 }
 
@@ -439,6 +449,9 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     Count(QpCounter::stale_ack);
     return;
   }
+  // The peer's responder does selective repeat too (the bit is only ever
+  // on answers to requests that carried it).
+  if (pkt.bth.sr && sr_.on) sr_peer_ = true;
   if (pkt.info->mask & wire::kMaskRead) {
     OnReadResponse(pkt);
     return;
@@ -448,9 +461,6 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     return;
   }
   const wire::Aeth aeth = wire::read_aeth(pkt.ext(pkt.info->aeth));
-  // The peer's responder does selective repeat too (the bit is only ever
-  // on answers to requests that carried it).
-  if (pkt.bth.sr && sr_.on) sr_peer_ = true;
   switch (aeth.type()) {
     case wire::AckType::kAck: {
       AckUpTo(wire::psn_add(psn, 1));

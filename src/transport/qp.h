@@ -365,6 +365,7 @@ class Qp {
   void CompleteUpTo(uint32_t psn_exclusive);
   // An ACK (or a SACK's cumulative part) for every PSN before `next`.
   void AckUpTo(uint32_t next);
+  void AdvanceUnacked(uint32_t next, uint64_t now);
   bool CompleteWqe(SendCtx& ctx, uint8_t status);
   void CompleteHeadWithError(uint8_t status);
   void GoBackTo(uint32_t psn);

@@ -227,17 +227,24 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.pad = static_cast<uint8_t>(pad);
   b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
-  b.ackreq = reliable() && !rd && (last || (pkt % kAckReqEvery) == kAckReqEvery - 1);
+  // Selective repeat asks at least twice per window, or a window smaller
+  // than a message would fill with nothing asking.
+  const uint32_t every = sr_.on ? std::min(kAckReqEvery, sr_.window / 2) : kAckReqEvery;
+  b.ackreq = reliable() && !rd && (last || (pkt % every) == every - 1);
   b.sr = sr_.on;  // only ever on for a reliable QP
   // With selective repeat every resend asks for an ACK: whether it filled
   // a hole or was a duplicate, the answer says where the responder is.
   if (SrActive() && !rd && wire::psn_lt(b.psn, high_psn_)) b.ackreq = true;
-  if (reliable() && !rd && pacer_.on() && attr_.timeout != 0) [[unlikely]] {
+  if (reliable() && !rd && pacer_.on() && (attr_.timeout != 0 || SrActive())) [[unlikely]] {
     // Paced, 64 packets can take longer than the local ACK timeout (at
     // 4 Mb/s, 64 KiB is 140 ms; timeout 14 is 67 ms): ask for an ACK at
     // least every quarter of the timeout as well, or the requester would
     // time out and resend what the responder has (timeout 0 waits forever).
-    if (b.ackreq || pace_now_ns_ - last_ackreq_ns_ >= (4096ull << attr_.timeout) / 4) {
+    // With selective repeat, at least every half of its retransmission
+    // timeout too (a slowed flow would time out spuriously).
+    uint64_t interval = attr_.timeout != 0 ? (4096ull << attr_.timeout) / 4 : UINT64_MAX;
+    if (SrActive()) interval = std::min<uint64_t>(interval, uint64_t{sr_.rto_us} * 500);
+    if (b.ackreq || pace_now_ns_ - last_ackreq_ns_ >= interval) {
       b.ackreq = true;
       last_ackreq_ns_ = pace_now_ns_;
     }

@@ -359,7 +359,7 @@ bool Qp::SrHold(const wire::PacketView& pkt) {
 // acknowledges everything done.
 void Qp::SrDrain(const wire::PacketView& pkt) {
   sr_draining_ = true;
-  bool ran = false;
+  bool ran = false;  // and every one ran: an RNR NAK must not be followed by an ACK
   while (sr_held_count_ != 0 && attr_.state != QpState::kErr) {
     SrHeld& h = sr_held_[epsn_ & (sr_.window - 1)];
     if (h.len == 0 || h.psn != epsn_) break;
@@ -370,6 +370,7 @@ void Qp::SrDrain(const wire::PacketView& pkt) {
     ran = true;
     if (epsn_ == before) {
       SrDropHeld();
+      ran = false;
       break;
     }
   }

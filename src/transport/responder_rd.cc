@@ -31,6 +31,7 @@ void Qp::OnReadRequest(const wire::PacketView& pkt, bool duplicate, uint32_t pd)
   Response& r = responses_[resp_tail_++ % responses_.size()];
   r = Response{};
   r.kind = Response::kRead;
+  r.sr = sr_.on && pkt.bth.sr;  // tells a READ-only requester too
   r.psn = pkt.bth.psn;
   r.msn = msn_;
   r.va = reth.va;
@@ -85,6 +86,7 @@ void Qp::OnAtomicRequest(const wire::PacketView& pkt, bool duplicate) {
   Response& r = responses_[resp_tail_++ % responses_.size()];
   r = Response{};
   r.kind = Response::kAtomicAck;
+  r.sr = sr_.on && pkt.bth.sr;
   r.psn = psn;
   r.msn = msn_;
   r.orig = orig;
@@ -168,6 +170,7 @@ bool Qp::BuildReadResponse(Response& r) {
   b.pad = static_cast<uint8_t>(pad);
   b.dqpn = attr_.dest_qpn;
   b.psn = r.psn;
+  b.sr = r.sr;
   wire::write_bth(bth, b);
   if (info.aeth) wire::write_aeth(bth + info.aeth, wire::Aeth::ack(r.msn));
   if (len != 0) std::memcpy(bth + info.payload, src, len);

@@ -140,6 +140,11 @@ echo "after: device sent_pkts +$(( s1 - s0 )), rcvd_pkts +$(( r1 - r0 )) for $pk
   "Prometheus $ps1, telemetry $ts1, ctl $s1"
 [ "$ps1" = "$s1" ] && [ "$ts1" = "$s1" ] || die "ctl, Prometheus and telemetry disagree at rest"
 [ $(( s1 - s0 )) -ge "$pkts" ] && [ $(( r1 - r0 )) -ge "$pkts" ] || die "fewer packets counted than the run sent"
+# droced notices a client's exit on its socket, a moment after the QPs go.
+for _ in $(seq 1 50); do
+  scrape | grep -q '^droced_clients_live 0$' && break
+  sleep 0.1
+done
 scrape | grep -q '^droced_clients_live 0$' || die "droced_clients_live is not 0 after the run"
 
 # --- fault rules' counters in the three views ------------------------------------

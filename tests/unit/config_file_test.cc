@@ -148,6 +148,21 @@ TEST(ConfigFile, UnknownKeysAndSections) {
   EXPECT_EQ(Error("[[device]]\nmtu = 1024\n"),
             "t.toml:2: device.mtu: one value for every device (the engine has one): set it in [engine]");
   EXPECT_EQ(Error("[engine]\nlog_level = \"info\"\n"), "t.toml:2: engine.log_level: set it in [daemon]");
+  EXPECT_EQ(Error("[[device]]\ncc = \"off\"\n"),
+            "t.toml:2: device.cc: set it in [engine]: one value for every device, or a ';' list with one entry per device");
+}
+
+// cc, dcqcn and sr in [engine]: one value, or one entry per [[device]],
+// each entry checked alone and their count against the devices.
+TEST(ConfigFile, PerDeviceListsInEngine) {
+  const std::string two = "[[device]]\nlink = \"net_ring0\"\n[[device]]\nlink = \"net_ring1\"\n";
+  FileConfig f = Parse("[engine]\ncc = \"dcqcn;off\"\nsr = \"on;\"\ndcqcn = \";rpg_ai_rate=10\"\n" + two);
+  EXPECT_EQ(Raw(f, Setting::kCc), "dcqcn;off");
+  EXPECT_EQ(Raw(f, Setting::kSr), "on;");
+  EXPECT_EQ(Raw(f, Setting::kDcqcn), ";rpg_ai_rate=10");
+  EXPECT_EQ(Error("[engine]\ncc = \"dcqcn;ecn\"\n" + two), "t.toml:2: engine.cc: 'ecn' is not dcqcn or off");
+  const std::string three = Error("[engine]\nsr = \"on;on;on\"\n" + two);
+  EXPECT_NE(three.find("has 3 entries, one per device, but there are 2 devices"), std::string::npos) << three;
 }
 
 TEST(ConfigFile, WrongTypes) {

@@ -299,6 +299,26 @@ TEST(SelectiveRepeat, TailLossTimesOut) {
   EXPECT_EQ(e.naks, 0u);
 }
 
+// A window smaller than a message: the requester asks for an ACK twice per
+// window, so a 64-packet WRITE through a 16-packet window never waits for
+// the retransmission timeout (it asked only every 64 packets before).
+TEST(SelectiveRepeat, SmallWindowNeverStalls) {
+  SimPair p(LinkFaults{}, 3);
+  p.a.sr.on = p.b.sr.on = true;
+  p.a.sr.window = p.b.sr.window = 16;
+  ASSERT_EQ(p.Init(16, 64, 256 * 1024), 0);
+  for (int i = 0; i < 4; ++i) p.a.PostOp(queue::WqeOp::kWrite, i, 0, 64 * 1024, p.b.Addr(64 * 1024), p.b.key);
+  std::vector<queue::Cqe> cqe(8);
+  int done = 0;
+  ASSERT_TRUE(p.net.Run([&] {
+    done += p.a.scq_c->Poll(cqe.data(), 8);
+    return done == 4;
+  }));
+  EXPECT_EQ(p.a.env->stats.sr_timeouts, 0u);
+  EXPECT_EQ(p.a.env->stats.retransmitted_pkts, 0u);
+  EXPECT_EQ(p.a.env->stats.completer_retry_err, 0u);
+}
+
 // Two holes (packets 1 and 4): both resent once, the others held.
 TEST(SelectiveRepeat, TwoHolesExactCounts) {
   const Exact e = DropAndCount(true, {1, 4}, 1);
