@@ -485,16 +485,9 @@ absl::StatusOr<Json> FaultCmd(Host& host, const Json& req, const Filter& f, uint
     }
     for (size_t r = 0; r < rules.size(); ++r) {
       Json j = DevHead(i, d);
-      const lab::RuleCounters& c = rules[r].counters;
       j["rule"] = r + 1;
       j["text"] = rules[r].text;
-      j["matched"] = c.matched;
-      j["dropped"] = c.dropped;
-      j["corrupted"] = c.corrupted;
-      j["marked"] = c.marked;
-      j["duplicated"] = c.duplicated;
-      j["delayed"] = c.delayed;
-      j["reordered"] = c.reordered;
+      for (const lab::RuleCounterField& c : lab::kRuleCounterFields) j[c.name] = rules[r].counters.*c.field;
       out.push_back(std::move(j));
     }
   });
@@ -628,20 +621,7 @@ std::string PrometheusText(Host& host) {
     any_rule |= !rules_of.back().empty();
   }
   if (any_rule) {
-    static constexpr struct {
-      const char* name;
-      uint64_t lab::RuleCounters::*field;
-      const char* help;
-    } kRuleCounters[] = {
-        {"matched", &lab::RuleCounters::matched, "frames the fault rule's filters matched"},
-        {"dropped", &lab::RuleCounters::dropped, "frames the fault rule dropped"},
-        {"corrupted", &lab::RuleCounters::corrupted, "frames the fault rule corrupted"},
-        {"marked", &lab::RuleCounters::marked, "frames the fault rule marked ECN CE"},
-        {"duplicated", &lab::RuleCounters::duplicated, "frames the fault rule duplicated"},
-        {"delayed", &lab::RuleCounters::delayed, "frames the fault rule delayed"},
-        {"reordered", &lab::RuleCounters::reordered, "frames the fault rule reordered"},
-    };
-    for (const auto& c : kRuleCounters) {
+    for (const lab::RuleCounterField& c : lab::kRuleCounterFields) {
       absl::StrAppend(&out, "# HELP droce_fault_rule_", c.name, "_total ", c.help, "\n# TYPE droce_fault_rule_",
                       c.name, "_total counter\n");
       for (size_t k = 0; k < devs.size(); ++k) {

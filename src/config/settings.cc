@@ -99,6 +99,14 @@ absl::Status ParseDeviceEntry(Setting s, const std::string& e, const CpuSet& cpu
 
 absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr);
 
+// A per-device list has at most one entry per device, so that a value meant
+// for a device that does not exist is not dropped silently.
+absl::Status CheckEntryCount(const std::string& v, size_t entries, size_t n) {
+  if (entries <= n) return absl::OkStatus();
+  return Invalid(absl::StrCat("'", v, "' has ", entries, " entries, one per device, but there ",
+                              n == 1 ? "is 1 device" : absl::StrCat("are ", n, " devices"), " (one per link)"));
+}
+
 // One device's DROCE_CC, DROCE_DCQCN or DROCE_SR.
 absl::Status ParseQpDefault(Setting s, const std::string& e, DeviceSettings* d) {
   switch (s) {
@@ -127,11 +135,7 @@ absl::Status ParseEveryOrEachDevice(Setting s, const std::string& v, Settings* o
     return absl::OkStatus();
   }
   const std::vector<std::string> entries = SplitDevices(v);
-  const size_t n = out->devices.size();
-  if (entries.size() > n) {
-    return Invalid(absl::StrCat("'", v, "' has ", entries.size(), " entries, one per device, but there ",
-                                n == 1 ? "is 1 device" : absl::StrCat("are ", n, " devices"), " (one per link)"));
-  }
+  if (absl::Status st = CheckEntryCount(v, entries.size(), out->devices.size()); !st.ok()) return st;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].empty()) continue;
     if (absl::Status st = ParseQpDefault(s, entries[i], &out->devices[i]); !st.ok()) {
@@ -146,12 +150,7 @@ absl::Status ParseEveryOrEachDevice(Setting s, const std::string& v, Settings* o
 // silently; a device without an entry (or with an empty one) keeps its default.
 absl::Status ParseDeviceList(Setting s, const std::string& v, const CpuSet& cpus, Settings* out) {
   const std::vector<std::string> entries = SplitDevices(v);
-  const size_t n = out->devices.size();
-  if (entries.size() > n) {
-    return Invalid(absl::StrCat("'", v, "' has ", entries.size(), " entries, one per device, but there ",
-                                n == 1 ? "is 1 device" : absl::StrCat("are ", n, " devices"),
-                                " (one per link)"));
-  }
+  if (absl::Status st = CheckEntryCount(v, entries.size(), out->devices.size()); !st.ok()) return st;
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].empty()) continue;
     if (absl::Status st = ParseDeviceEntry(s, entries[i], cpus, &out->devices[i]); !st.ok()) return st;

@@ -171,10 +171,11 @@ std::vector<std::string> SumFaultReports(const std::vector<const FaultStage*>& s
   for (const FaultStage* s : stages) overflow += s->overflow();
   const std::vector<RuleTotals> rules = SumRules(stages);
   for (size_t i = 0; i < rules.size(); ++i) {
-    const lab::RuleCounters& c = rules[i].counters;
-    out.push_back(absl::StrCat("fault rule ", i + 1, " '", rules[i].text, "': matched ", c.matched,
-                               ", dropped ", c.dropped, ", corrupted ", c.corrupted, ", marked ", c.marked, ", duplicated ", c.duplicated,
-                               ", delayed ", c.delayed, ", reordered ", c.reordered));
+    std::string line = absl::StrCat("fault rule ", i + 1, " '", rules[i].text, "':");
+    for (const lab::RuleCounterField& f : lab::kRuleCounterFields) {
+      absl::StrAppend(&line, &f == lab::kRuleCounterFields ? " " : ", ", f.name, " ", rules[i].counters.*f.field);
+    }
+    out.push_back(std::move(line));
   }
   if (overflow != 0) out.push_back(absl::StrCat("fault stage: ", overflow, " frames not held (queue full: sent as they were)"));
   return out;

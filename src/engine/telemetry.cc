@@ -96,14 +96,9 @@ int Faults(const char*, const char* params, rte_tel_data* d) {
     if (c == nullptr) return -ENOMEM;
     rte_tel_data_start_dict(c);
     rte_tel_data_add_dict_string(c, "text", rules[r].text.substr(0, RTE_TEL_MAX_STRING_LEN - 1).c_str());
-    const lab::RuleCounters& k = rules[r].counters;
-    rte_tel_data_add_dict_u64(c, "matched", k.matched);
-    rte_tel_data_add_dict_u64(c, "dropped", k.dropped);
-    rte_tel_data_add_dict_u64(c, "corrupted", k.corrupted);
-    rte_tel_data_add_dict_u64(c, "marked", k.marked);
-    rte_tel_data_add_dict_u64(c, "duplicated", k.duplicated);
-    rte_tel_data_add_dict_u64(c, "delayed", k.delayed);
-    rte_tel_data_add_dict_u64(c, "reordered", k.reordered);
+    for (const lab::RuleCounterField& f : lab::kRuleCounterFields) {
+      rte_tel_data_add_dict_u64(c, f.name, rules[r].counters.*f.field);
+    }
     rte_tel_data_add_dict_container(d, std::to_string(r + 1).c_str(), c, 0);  // frees c
   }
   return 0;

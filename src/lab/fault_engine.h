@@ -73,6 +73,24 @@ struct RuleCounters {
   }
 };
 
+// Every RuleCounters field with its name and what it counts, in the order
+// reports list them (DROCE_STATS, `droce ctl fault show`, the Prometheus
+// text, DPDK telemetry).
+struct RuleCounterField {
+  const char* name;
+  uint64_t RuleCounters::*field;
+  const char* help;
+};
+inline constexpr RuleCounterField kRuleCounterFields[] = {
+    {"matched", &RuleCounters::matched, "frames the fault rule's filters matched"},
+    {"dropped", &RuleCounters::dropped, "frames the fault rule dropped"},
+    {"corrupted", &RuleCounters::corrupted, "frames the fault rule corrupted"},
+    {"marked", &RuleCounters::marked, "frames the fault rule marked ECN CE"},
+    {"duplicated", &RuleCounters::duplicated, "frames the fault rule duplicated"},
+    {"delayed", &RuleCounters::delayed, "frames the fault rule delayed"},
+    {"reordered", &RuleCounters::reordered, "frames the fault rule reordered"},
+};
+
 // A reordered packet without a delay waits at most this long for its gap.
 inline constexpr uint64_t kReorderHoldMaxNs = 1'000'000;
 

@@ -531,8 +531,7 @@ class Qp {
   uint32_t high_psn_ = 0;         // one past the highest request PSN ever sent
   struct SrHeld {
     uint32_t psn = 0;
-    uint32_t len = 0;  // 0: empty
-    wire::PacketView view;  // as parsed, pointing into the copy
+    wire::PacketView view;  // as parsed, pointing into the copy; frame_len 0: empty
   };
   std::vector<SrHeld> sr_held_;          // responder: requests held, slot psn & (window-1)
   std::unique_ptr<uint8_t[]> sr_frames_;  // their frames, sr_frame_cap_ bytes each

@@ -283,8 +283,8 @@ void Qp::OnRequest(const wire::PacketView& pkt) {
   if (expected) {
     // Resent while a copy was held: run this one, forget the copy.
     SrHeld& h = sr_held_[pkt.bth.psn & (sr_.window - 1)];
-    if (h.len != 0 && h.psn == pkt.bth.psn) {
-      h.len = 0;
+    if (h.view.frame_len != 0 && h.psn == pkt.bth.psn) {
+      h.view.frame_len = 0;
       --sr_held_count_;
     }
   }
@@ -310,12 +310,11 @@ bool Qp::SrHold(const wire::PacketView& pkt) {
   if (pkt.frame_len > sr_frame_cap_) return false;
   const uint32_t slot = pkt.bth.psn & (sr_.window - 1);
   SrHeld& h = sr_held_[slot];
-  if (h.len == 0 || h.psn != pkt.bth.psn) {
-    if (h.len == 0) ++sr_held_count_;
+  if (h.view.frame_len == 0 || h.psn != pkt.bth.psn) {
+    if (h.view.frame_len == 0) ++sr_held_count_;
     uint8_t* copy = &sr_frames_[size_t{slot} * sr_frame_cap_];
     std::memcpy(copy, pkt.frame.data(), pkt.frame_len);
     h.psn = pkt.bth.psn;
-    h.len = pkt.frame_len;
     // The parse holds: the view points into the copy (no second parse and
     // ICRC check when it runs).
     h.view = pkt;
@@ -362,8 +361,8 @@ void Qp::SrDrain(const wire::PacketView& pkt) {
   bool ran = false;  // and every one ran: an RNR NAK must not be followed by an ACK
   while (sr_held_count_ != 0 && attr_.state != QpState::kErr) {
     SrHeld& h = sr_held_[epsn_ & (sr_.window - 1)];
-    if (h.len == 0 || h.psn != epsn_) break;
-    h.len = 0;
+    if (h.view.frame_len == 0 || h.psn != epsn_) break;
+    h.view.frame_len = 0;
     --sr_held_count_;
     const uint32_t before = epsn_;
     ExecuteRequest(h.view);
@@ -382,7 +381,7 @@ void Qp::SrDrain(const wire::PacketView& pkt) {
 
 void Qp::SrDropHeld() {
   if (sr_held_count_ == 0) return;
-  for (SrHeld& h : sr_held_) h.len = 0;
+  for (SrHeld& h : sr_held_) h.view.frame_len = 0;
   sr_held_count_ = 0;
 }
 
