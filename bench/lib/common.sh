@@ -176,3 +176,12 @@ add_result() {  # KEY VALUE
 
 # log MESSAGE: to stderr, prefixed with the seconds since bench/run started.
 log() { printf '[%4d s] %s\n' "$SECONDS" "$*" >&2; }
+
+# failed WHAT REASON: a ceiling or baseline measurement that did not run is a
+# failure of the benchmark: logged now, listed with its reason under the
+# table, and the run's exit status is 1.
+failures=()
+failed() {
+  failures+=("round ${round:-?}: $1: $2")
+  log "  $1 FAILED: $2"
+}
