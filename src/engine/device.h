@@ -85,7 +85,7 @@ struct QpEntry {
   QpShared* shared = nullptr;
   Worker* owner = nullptr;
   bool active = false;  // on the owner's active list (has something to send)
-  bool timed = false;   // on the owner's timed list (awaits ACKs)
+  uint64_t timer_at = 0;  // its entry in the owner's timer queue (ns), 0 if none
   uint64_t paced_at = 0;  // its entry in the owner's pacing queue (ns), 0 if none
   // pd: an XRC target QP's XRC domain (it holds that use).
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
@@ -119,7 +119,19 @@ struct Worker final : transport::TransportEnv {
   // single-consumer); nullptr with a single worker.
   rte_ring* inbox = nullptr;
 
-  std::vector<QpEntry*> active, timed;
+  std::vector<QpEntry*> active;
+  // QPs awaiting ACKs, by when their transport timer is due
+  // (transport::Qp::TimerDue): a min-heap of (ns, qpn), like `paced`; an
+  // entry whose QP is gone or was rescheduled (QpEntry::timer_at differs)
+  // is dropped when it comes up, and one that comes up early (ACKs moved
+  // the QP's deadline) is pushed again at the new time. Nothing is scanned
+  // per QP per turn or per tick.
+  struct Timer {
+    uint64_t ns;
+    uint32_t qpn;
+    bool operator>(const Timer& o) const { return ns > o.ns; }
+  };
+  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
   // QPs held by their pacer (transport/pacer.h), by the time they may send
   // again: a min-heap of (ns, qpn); an entry whose QP is gone or was
   // rescheduled (QpEntry::paced_at differs) is dropped when it comes up.
@@ -445,6 +457,9 @@ class Device final : public Session {
   // path).
   void Activate(QpEntry* e);
   void RunTimers(Worker& w, uint64_t now);
+  // Queues e's transport timer if it has one and none is queued (or an RNR
+  // wait may have made it earlier).
+  void ArmTimer(QpEntry* e);
   // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
   void PollLinkState(Worker& w);
   void WaitForLink();

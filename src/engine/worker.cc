@@ -252,7 +252,7 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     // worker's state is still its own.
     turn->timer_ns = w.last_timer_ns;
     turn->now_ns = w.last_poll_ns;
-    turn->pending = !w.timed.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
+    turn->pending = !w.timers.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
                     (w.fault != nullptr && w.fault->holding());
     turn->pace_due_ns = w.paced.empty() ? 0 : w.paced.top().ns;
   }
@@ -397,10 +397,7 @@ bool Device::PollOnce(Worker& w) {
       e->paced_at = until;
       w.paced.push({until, e->qp->qpn()});
     }
-    if (e->qp->HasOutstanding() && !e->timed) {
-      e->timed = true;
-      w.timed.push_back(e);
-    }
+    ArmTimer(e);
     if (more) {
       busy = true;
       ++i;
@@ -538,19 +535,33 @@ bool Device::SourcesNonEmpty(const Worker& w) const {
   return false;
 }
 
+void Device::ArmTimer(QpEntry* e) {
+  if (e->timer_at != 0 && !e->qp->rnr_waiting()) return;
+  const uint64_t due = std::max<uint64_t>(e->qp->TimerDue(), 1);
+  if (due == transport::Qp::kNoTimer || (e->timer_at != 0 && e->timer_at <= due)) return;
+  e->timer_at = due;
+  e->owner->timers.push({due, e->qp->qpn()});
+}
+
+// Runs the transport timers that are due (at most once a tick for each QP).
 void Device::RunTimers(Worker& w, uint64_t now) {
-  for (size_t i = 0; i < w.timed.size();) {
-    QpEntry* e = w.timed[i];
-    e->qp->OnTimer(now);
-    DeliverEvents(e);
-    Activate(e);  // a timeout or RNR expiry may have made packets sendable
-    if (e->qp->HasOutstanding()) {
-      ++i;
-    } else {
-      e->timed = false;
-      w.timed[i] = w.timed.back();
-      w.timed.pop_back();
+  while (!w.timers.empty() && w.timers.top().ns <= now) {
+    const Worker::Timer t = w.timers.top();
+    w.timers.pop();
+    auto it = qps_.find(t.qpn);
+    if (it == qps_.end() || it->second->owner != &w || it->second->timer_at != t.ns) continue;
+    QpEntry* e = it->second.get();
+    e->timer_at = 0;
+    if (e->qp->TimerDue() <= now) {
+      e->qp->OnTimer(now);
+      DeliverEvents(e);
+      Activate(e);  // a timeout or RNR expiry may have made packets sendable
     }
+    uint64_t due = e->qp->TimerDue();
+    if (due == transport::Qp::kNoTimer) continue;
+    due = std::max(due, now + kTimerTickNs);  // a state that ignores its timer: look again next tick
+    e->timer_at = due;
+    w.timers.push({due, t.qpn});
   }
   if (w.index != 0) return;
   // Device-wide timers run on worker 0.
@@ -747,10 +758,7 @@ void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   // An ACK may have opened the window; a request may have left READ
   // responses or ACKs to send.
   if ((v.info->mask & wire::kMaskResponse) || e->qp->HasResponses()) Activate(e);
-  if (e->qp->HasOutstanding() && !e->timed) {
-    e->timed = true;
-    e->owner->timed.push_back(e);
-  }
+  ArmTimer(e);
 }
 
 uint64_t Worker::NowNs() { return Device::NowNs(); }

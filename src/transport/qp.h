@@ -5,6 +5,7 @@
 // (modify) and error flushing.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -258,10 +259,28 @@ class Qp {
   bool PollSend(unsigned budget);
   // A validated packet whose destination QPN is this QP.
   void OnPacket(const wire::PacketView& pkt);
-  // Retransmission and RNR timers; call periodically.
+  // Retransmission and RNR timers; call at TimerDue() or later (calling
+  // earlier does nothing).
   void OnTimer(uint64_t now_ns);
   // True while sent packets await acknowledgement (timers matter).
   bool HasOutstanding() const { return unacked_psn_ != next_psn_ || rnr_wait_; }
+  // The earliest time (the env's clock) OnTimer may act: the RNR wait's end,
+  // the selective-repeat RTO or the local ACK timeout, whichever comes
+  // first; kNoTimer while nothing is timed (no ACK awaited, an unreliable
+  // QP, a state without timers, timeout 0 and no SR). It only moves later
+  // as ACKs come, except when an RNR wait begins (rnr_waiting()).
+  static constexpr uint64_t kNoTimer = ~uint64_t{0};
+  uint64_t TimerDue() const {
+    if (!HasOutstanding() || !reliable() || (attr_.state != QpState::kRts && attr_.state != QpState::kSqd)) {
+      return kNoTimer;
+    }
+    if (rnr_wait_) return rnr_resume_ns_;
+    uint64_t due = kNoTimer;
+    if (SrActive()) due = sr_timer_ns_ + uint64_t{sr_.rto_us} * 1000;
+    if (attr_.timeout != 0) due = std::min<uint64_t>(due, last_progress_ns_ + (uint64_t{4096} << attr_.timeout));
+    return due;
+  }
+  bool rnr_waiting() const { return rnr_wait_; }
   // PollSend stopped for the pacer: when the next request may leave (ns,
   // the env's clock); 0 when not held by it.
   uint64_t paced_until() const { return paced_until_ns_; }

@@ -120,7 +120,7 @@ telemetry /droce/qps,droce0 | py "assert len(j['/droce/qps']) == 2, j" || die "t
 qpn=$(ctl -j res show qp | py "print(j[0]['lqpn'])")
 telemetry "/droce/qp_stats,droce0,$qpn" | py "assert j['/droce/qp_stats']['sent_pkts'] >= 0, j" ||
   die "telemetry /droce/qp_stats"
-ctl stat show qp "$qpn" | grep -q "^link droce0/1 lqpn $qpn pid [0-9]* comm ib_send_bw sent_pkts" ||
+ctl stat show qp "$qpn" | grep "^link droce0/1 lqpn $qpn pid [0-9]* comm ib_send_bw sent_pkts" >/dev/null ||
   die "stat show qp N (text)"
 
 wait "$client"; crc=$?
@@ -142,10 +142,10 @@ echo "after: device sent_pkts +$(( s1 - s0 )), rcvd_pkts +$(( r1 - r0 )) for $pk
 [ $(( s1 - s0 )) -ge "$pkts" ] && [ $(( r1 - r0 )) -ge "$pkts" ] || die "fewer packets counted than the run sent"
 # droced notices a client's exit on its socket, a moment after the QPs go.
 for _ in $(seq 1 50); do
-  scrape | grep -q '^droced_clients_live 0$' && break
+  scrape | grep '^droced_clients_live 0$' >/dev/null && break
   sleep 0.1
 done
-scrape | grep -q '^droced_clients_live 0$' || die "droced_clients_live is not 0 after the run"
+scrape | grep '^droced_clients_live 0$' >/dev/null || die "droced_clients_live is not 0 after the run"
 
 # --- fault rules' counters in the three views ------------------------------------
 telemetry /droce/faults,droce0 | py "assert j['/droce/faults'] in ({}, []), j" || die "telemetry /droce/faults without rules"
@@ -154,10 +154,10 @@ ctl -j fault show | py "assert j[0]['rule'] == 1 and j[0]['text'] == 'tx loss ra
 telemetry /droce/faults,droce0 |
   py "r = j['/droce/faults']['1']; assert r['text'] == 'tx loss random 0%' and r['dropped'] == 0, j" ||
   die "telemetry /droce/faults: $(telemetry /droce/faults,droce0)"
-scrape | grep -qE '^droce_fault_rule_matched_total\{device="droce0",rule="1",text="tx loss random 0%"\} [0-9]+$' ||
+scrape | grep -E '^droce_fault_rule_matched_total\{device="droce0",rule="1",text="tx loss random 0%"\} [0-9]+$' >/dev/null ||
   die "no fault rule series in the metrics: $(scrape | grep fault_rule | head -n 4)"
 ctl fault clear >/dev/null || die "fault clear"
-scrape | grep -q '^droce_fault_rule' && die "fault rule series left after fault clear"
+scrape | grep '^droce_fault_rule' >/dev/null && die "fault rule series left after fault clear"
 ctl -j client show | py "assert j == [], j" || die "clients left after the run"
 
 # --- client kill: the daemon detaches a client and tears its objects down ------
