@@ -15,6 +15,7 @@
 
 #include "cq/cq.h"
 #include "engine/session.h"
+#include "poll_latency.h"
 
 namespace droce::provider {
 
@@ -35,6 +36,7 @@ struct ContextState {
   std::mutex async_mu;
   std::deque<ibv_async_event> async_events;
   ContextEvents events;
+  PollLatency latency;  // DROCE_LATENCY: post to poll, per QP (poll_latency.h)
 };
 
 // Standard layout, so that offsetof is well defined.

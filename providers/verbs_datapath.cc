@@ -26,20 +26,11 @@ unsigned empty_polls_before_yield() {
   return n;
 }
 
-// DROCE_LATENCY: each send WQE carries the low 32 bits of CLOCK_MONOTONIC
-// at post time in its reserved word (0: not stamped); the engine records
-// post to completion (lab/histogram.h). Off: no clock read.
-uint32_t post_stamp() {
-  static const bool on = [] {
-    auto cfg = engine::ConfigFromEnv(0);
-    return cfg.ok() && cfg->latency;
-  }();
-  if (!on) return 0;
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint32_t t = static_cast<uint32_t>(uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec));
-  return t != 0 ? t : 1;
-}
+// DROCE_LATENCY: each send WQE carries post_stamp() in its reserved word
+// (poll_latency.h); the engine records post to completion entered
+// (lab/histogram.h) and hands the stamp back in the send completion's
+// src_qp, from which the polling thread records post to poll.
+bool is_send_completion(const queue::Cqe& c) { return c.opcode < queue::wc::kOpRecv; }
 
 // Which opcodes each QP type accepts (IBA table 74 / ibv_post_send(3)). An
 // XRC initiator takes RC's but ATOMIC WRITE (RC and RD only in IBA 1.5); an
@@ -116,6 +107,8 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   Cq* cq = to_cq(ibcq);
   queue::Cqe cqes[16];
   int got = 0;
+  PollLatency::Sample stamped[64];  // DROCE_LATENCY: recorded as the poll returns
+  int nstamped = 0;
   for (int attempt = 0; attempt < 2 && got == 0; ++attempt) {
     // Nothing yet: advance the engine on this thread (application-driven
     // progress), then look again.
@@ -124,9 +117,21 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     while (got < n) {
       const int want = std::min(n - got, 16);
       const int k = cq->consumer->Poll(cqes, want);
+      if (nstamped + k > 64) [[unlikely]] {
+        to_ctx(ibcq->context)->s->latency.Record(stamped, nstamped, PollLatency::Now());
+        nstamped = 0;
+      }
       for (int i = 0; i < k; ++i) {
         const queue::Cqe& c = cqes[i];
         ibv_wc& w = wc[got + i];
+        if (is_send_completion(c)) {
+          if (c.src_qp != 0 && c.status == queue::wc::kSuccess && latency_on()) [[unlikely]] {
+            stamped[nstamped++] = {c.qp_num, c.opcode, c.src_qp};
+          }
+          w.src_qp = 0;
+        } else {
+          w.src_qp = c.src_qp;
+        }
         w.wr_id = c.wr_id;
         w.status = static_cast<ibv_wc_status>(c.status);
         w.opcode = static_cast<ibv_wc_opcode>(c.opcode);
@@ -134,7 +139,6 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
         w.byte_len = c.byte_len;
         w.imm_data = c.imm_data;
         w.qp_num = c.qp_num;
-        w.src_qp = c.src_qp;
         w.wc_flags = c.wc_flags;
         w.pkey_index = c.pkey_index;
         w.slid = c.slid;
@@ -145,6 +149,7 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
       if (k < want) break;
     }
   }
+  if (nstamped != 0) [[unlikely]] to_ctx(ibcq->context)->s->latency.Record(stamped, nstamped, PollLatency::Now());
   if (got == 0) {
     static thread_local unsigned empty = 0;
     const unsigned limit = empty_polls_before_yield();
@@ -166,6 +171,7 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 // `type1_bind`: the request comes from ibv_bind_mw, the only way a type 1
 // window is bound (ibv_post_send binds type 2 windows only).
 static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
+  const uint32_t stamp = post_stamp();  // first: the span starts where the application's post does
   queue::WqeOp op;
   const ibv_qp_type type = q->qpx.qp_base.qp_type;
   if (!map_send_op(type, wr->opcode, &op)) return EINVAL;
@@ -180,7 +186,7 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   w.op = op;
   w.flags = map_send_flags(wr->send_flags);
   w.imm_data = wr->imm_data;
-  w.reserved = post_stamp();
+  w.reserved = stamp;
   // The XRC SRQ behind the peer that this request is for (XRCETH).
   if (type == IBV_QPT_XRC_SEND) w.remote_qpn = wr->qp_type.xrc.remote_srqn;
   switch (op) {
@@ -636,6 +642,13 @@ Cq* to_cqx(ibv_cq_ex* c) { return reinterpret_cast<Cq*>(c); }
 
 bool take_one(Cq* cq) {
   if (cq->consumer->Poll(&cq->cur, 1) != 1) return false;
+  if (is_send_completion(cq->cur)) {
+    if (cq->cur.src_qp != 0 && cq->cur.status == queue::wc::kSuccess && latency_on()) [[unlikely]] {
+      const PollLatency::Sample s{cq->cur.qp_num, cq->cur.opcode, cq->cur.src_qp};
+      to_ctx(cq->cqx.context)->s->latency.Record(&s, 1, PollLatency::Now());
+    }
+    cq->cur.src_qp = 0;
+  }
   cq->cqx.status = static_cast<ibv_wc_status>(cq->cur.status);
   cq->cqx.wr_id = cq->cur.wr_id;
   return true;

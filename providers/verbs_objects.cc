@@ -980,6 +980,7 @@ int ibv_destroy_qp(ibv_qp* qp) {
     if (qp->qp_type == IBV_QPT_XRC_RECV) xrc_tgt_add(q);
     return rc;
   }
+  if (latency_on()) to_ctx(qp->context)->s->latency.Report(ibv_get_device_name(qp->context->device), qp->qp_num);
   // No event can be raised for it any more: drop those not yet read, and
   // wait until those read are acknowledged, as the kernel and libibverbs do.
   drop_async_events(to_ctx(qp->context), [qp](const ibv_async_event& e) { return e.element.qp == qp; },

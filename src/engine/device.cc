@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "lab/stamp_clock.h"
 
 namespace droce::engine {
 namespace {
@@ -173,6 +174,7 @@ absl::Status Device::Setup(const Config& cfg) {
   link_loops_back_ = loopback;
   app_progress_ = cfg.app_progress;
   measure_latency_ = cfg.latency;
+  if (measure_latency_) lab::StampCalibrate();  // 10 ms, now rather than at the first completion
   rate_kbps_ = cfg.rate_kbps;
   rate_burst_ = cfg.rate_burst;
   cc_mode_ = cfg.cc;
@@ -760,12 +762,7 @@ void Device::PrintLatency(const std::string& dev, uint32_t qpn, const transport:
   for (int c = 0; c < transport::Qp::kNumLatClasses; ++c) {
     const lab::LatencyHistogram* h = qp.latency(c);
     if (h == nullptr || h->count() == 0) continue;
-    std::fprintf(stderr,
-                 "droce: %s QP %u %s latency, post to completion (us): n %llu mean %.2f p50 %.2f p90 %.2f p99 %.2f "
-                 "p99.9 %.2f p99.99 %.2f max %.2f\n",
-                 dev.c_str(), qpn, transport::Qp::latency_class_name(c), static_cast<unsigned long long>(h->count()),
-                 h->mean() / 1e3, h->Percentile(50) / 1e3, h->Percentile(90) / 1e3, h->Percentile(99) / 1e3,
-                 h->Percentile(99.9) / 1e3, h->Percentile(99.99) / 1e3, static_cast<double>(h->max()) / 1e3);
+    lab::PrintLatencyLine(stderr, dev.c_str(), qpn, c, "post to completion entered", *h);
   }
 }
 

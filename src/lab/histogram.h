@@ -14,6 +14,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <cstdio>
 
 #include "common/counters.h"
 
@@ -82,5 +83,35 @@ class LatencyHistogram {
   std::array<uint64_t, kBuckets> counts_{};
   uint64_t total_ = 0, sum_ = 0, max_ = 0;
 };
+
+// The kinds of send WQE whose latencies a QP keeps apart (the order of
+// transport::Qp::LatencyClass).
+inline constexpr const char* kLatencyClassNames[] = {"send", "write", "read", "atomic"};
+inline constexpr int kNumLatencyClasses = 4;
+
+// The class of a send completion by its ibv_wc_opcode value (0 SEND, 1 RDMA
+// WRITE, 2 RDMA READ, 3 COMP_SWAP, 4 FETCH_ADD, 9 ATOMIC_WRITE; binds and
+// local invalidations count as sends, as in the engine).
+inline int LatencyClassOfWc(uint8_t wc_opcode) {
+  switch (wc_opcode) {
+    case 1:
+    case 9: return 1;
+    case 2: return 2;
+    case 3:
+    case 4: return 3;
+    default: return 0;
+  }
+}
+
+// "droce: DEV QP N CLASS latency, SPAN (us): n … mean … p50 … p99.99 … max …"
+inline void PrintLatencyLine(std::FILE* out, const char* dev, uint32_t qpn, int cls, const char* span,
+                             const LatencyHistogram& h) {
+  std::fprintf(out,
+               "droce: %s QP %u %s latency, %s (us): n %llu mean %.2f p50 %.2f p90 %.2f p99 %.2f p99.9 %.2f "
+               "p99.99 %.2f max %.2f\n",
+               dev, qpn, kLatencyClassNames[cls], span, static_cast<unsigned long long>(h.count()), h.mean() / 1e3,
+               h.Percentile(50) / 1e3, h.Percentile(90) / 1e3, h.Percentile(99) / 1e3, h.Percentile(99.9) / 1e3,
+               h.Percentile(99.99) / 1e3, static_cast<double>(h.max()) / 1e3);
+}
 
 }  // namespace droce::lab

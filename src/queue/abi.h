@@ -77,6 +77,9 @@ struct Cqe {
   uint32_t byte_len;
   uint32_t imm_data;  // network byte order (or the invalidated rkey)
   uint32_t qp_num;
+  // Receive completions: the source QP (UD). Successful send completions:
+  // the WQE's post stamp (SendWqe::reserved, DROCE_LATENCY), which the
+  // provider consumes and reports as 0.
   uint32_t src_qp;
   uint32_t wc_flags;
   uint8_t status;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lab/stamp_clock.h"
 #include "transport/qp.h"
 #include "transport/sge.h"
 #include "wire/psn.h"
@@ -32,12 +33,12 @@ uint8_t wc_opcode(queue::WqeOp op) {
 
 // Retires the head WQE with `status`; false if its completion could not be
 // entered (the QP is then in error).
-// The provider stamped the WQE with the low 32 bits of CLOCK_MONOTONIC at
-// post time (DROCE_LATENCY; 0: not stamped): post to completion, to 4 s.
+// The provider stamped the WQE at post time (DROCE_LATENCY, lab/stamp_clock.h;
+// 0: not stamped): post to completion entered.
 void Qp::RecordLatency(const SendCtx& ctx) {
   const uint32_t posted = ctx.wqe.reserved;
   if (posted == 0) return;
-  const uint32_t ns = static_cast<uint32_t>(env_->NowNs()) - posted;
+  const uint64_t ns = lab::StampSpanNs(posted, lab::StampNow());
   const queue::WqeOp op = ctx.wqe.op;
   const int c = op == queue::WqeOp::kRead                                       ? kLatRead
                 : op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd ? kLatAtomic
@@ -65,6 +66,10 @@ bool Qp::CompleteWqe(SendCtx& ctx, uint8_t status) {
     c.opcode = wc_opcode(ctx.wqe.op);
     c.byte_len = ctx.total_len;
     c.qp_num = qpn_;
+    // The provider's post stamp back to the polling thread (its post-to-poll
+    // latency, providers/poll_latency.h); verbs reads src_qp for UD
+    // receive completions only.
+    if (status == queue::wc::kSuccess) c.src_qp = ctx.wqe.reserved;
     return RetireSendWqe(&c);
   }
   return RetireSendWqe(nullptr);

@@ -302,10 +302,8 @@ class Qp {
   // Post-to-completion latencies (DROCE_LATENCY): by the kind of WQE;
   // nullptr until one of that kind completed.
   enum LatencyClass { kLatSend, kLatWrite, kLatRead, kLatAtomic, kNumLatClasses };
-  static const char* latency_class_name(int c) {
-    static constexpr const char* kNames[] = {"send", "write", "read", "atomic"};
-    return kNames[c];
-  }
+  static_assert(kNumLatClasses == lab::kNumLatencyClasses);
+  static const char* latency_class_name(int c) { return lab::kLatencyClassNames[c]; }
   // Safe from another thread while the worker records (the histogram is
   // published once, then only counted into).
   const lab::LatencyHistogram* latency(int c) const { return latency_pub_[c].load(std::memory_order_acquire); }

@@ -9,11 +9,14 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "ctl/protocol.h"
 #include "loopback_fixture.h"
@@ -185,6 +188,47 @@ TEST_F(AdminCtl, ResourcesAndCountersMatchTheVerbsObjects) {
   EXPECT_EQ(clients[0]["pid"], getpid());
   EXPECT_EQ(clients[0]["qp"], 2);
   EXPECT_EQ(clients[0]["mr_bytes"], buf_.size());
+}
+
+// DROCE_LATENCY=1: destroying a QP prints the engine's span (post to
+// completion entered) and the application's (post to the poll that returned
+// it, what perftest times), with the same count; every completion is polled
+// after the engine entered it, so each percentile of the second is at least
+// the first's. A send completion's src_qp (the stamp's carrier) reads 0.
+TEST_F(AdminCtl, PostToPollLatencyIsPrintedWhenTheQpGoes) {
+  ibv_qp* a = CreateQp(scq_, rcq_);
+  ibv_qp* b = CreateQp(scq_, rcq_);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Connect(a, b);
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_EQ(PostRecv(b, i, 0, 64), 0);
+    ASSERT_EQ(PostSend(a, i, 64, 64), 0);
+    const auto wc = Poll(scq_, 1);
+    ASSERT_EQ(wc.size(), 1u);
+    EXPECT_EQ(wc[0].status, IBV_WC_SUCCESS);
+    EXPECT_EQ(wc[0].src_qp, 0u);
+    ASSERT_EQ(Poll(rcq_, 1).size(), 1u);
+  }
+  const uint32_t qpn = a->qp_num;
+  qps_.erase(std::find(qps_.begin(), qps_.end(), a));
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(ibv_destroy_qp(a), 0);
+  const std::string err = testing::internal::GetCapturedStderr();
+  const std::regex line(R"(droce: droce0 QP (\d+) send latency, (post to completion entered|post to poll) \(us\): )"
+                        R"(n (\d+) mean [0-9.]+ p50 ([0-9.]+) p90 ([0-9.]+) p99 ([0-9.]+) p99.9 [0-9.]+ p99.99 [0-9.]+ )"
+                        R"(max ([0-9.]+)\n)");
+  std::map<std::string, std::vector<double>> got;  // span: p50, p90, p99, max
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    EXPECT_EQ(std::stoul(m[1]), qpn);
+    EXPECT_EQ(m[3], "30") << m[0];
+    got[m[2]] = {std::stod(m[4]), std::stod(m[5]), std::stod(m[6]), std::stod(m[7])};
+  }
+  ASSERT_EQ(got.size(), 2u) << err;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_GE(got["post to poll"][i], got["post to completion entered"][i]) << i << "\n" << err;
+  }
 }
 
 TEST_F(AdminCtl, PrometheusTextIsWellFormedAndMatches) {
