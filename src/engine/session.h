@@ -231,6 +231,11 @@ class Session {
   // Application-driven progress (embedded only; false elsewhere): runs one
   // turn of each free worker on the calling thread.
   virtual bool TryDrive(bool polling = true) = 0;
+  // Kick left posts for the polling thread's next turn (application-driven
+  // progress): a poll that returns completions drives one turn too, else a
+  // thread whose polls keep finding completions would send one turn per
+  // post.
+  virtual bool SendsDeferred() const { return false; }
   // The calling thread is about to block: the worker takes over now.
   virtual void Handoff() = 0;
   // Runs fn with the engine stopped, as a control call does (tests that make
