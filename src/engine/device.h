@@ -158,6 +158,7 @@ struct Worker final : transport::TransportEnv {
   std::vector<rte_mbuf*> self_loop, self_scratch;
   Counters stats;
   uint64_t last_timer_ns = 0;
+  uint64_t timers_ran_ns = 0;  // RunTimers' last run (it may wait for a receive backlog)
   uint64_t last_poll_ns = 0;  // the clock reading of the last turn
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
   uint32_t qps = 0;              // QPs owned (guarded by the control path)

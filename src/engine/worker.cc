@@ -432,9 +432,14 @@ bool Device::PollOnce(Worker& w) {
   }
   const uint64_t now = NowNs();
   w.last_poll_ns = now;
-  if (now - w.last_timer_ns >= kTimerTickNs && (!rx_backlog || now - w.last_timer_ns >= kTimerTickNs + kTimerBacklogGraceNs)) {
+  if (now - w.last_timer_ns >= kTimerTickNs) {
+    // The tick also dates the turn for Kick and the watch (Turn::timer_ns),
+    // so it moves on even while the timers wait.
     w.last_timer_ns = now;
-    RunTimers(w, now);
+    if (!rx_backlog || now - w.timers_ran_ns >= kTimerTickNs + kTimerBacklogGraceNs) {
+      w.timers_ran_ns = now;
+      RunTimers(w, now);
+    }
   }
   if (!w.tx.empty() || (w.fault != nullptr && w.fault->holding())) {
     busy |= !w.tx.empty();  // frames only held are no work yet (Turn::pending keeps the loop awake)
