@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "rc_to_rts.h"
+#include "tcp_pair.h"
 
 namespace {
 
@@ -92,25 +93,14 @@ struct Stats {
 };
 
 void WriteAll(int fd, const void* p, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t k = write(fd, static_cast<const char*>(p) + done, n - done);
-    if (k <= 0) die("tcp write");
-    done += static_cast<size_t>(k);
-  }
+  if (!TcpWriteAll(fd, p, n)) die("tcp write");
 }
 
 // False on end of file before the first byte; dies on a short read.
 bool ReadAll(int fd, void* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t k = read(fd, static_cast<char*>(p) + got, n - got);
-    if (k == 0 && got == 0) return false;
-    if (k == 0) fail("tcp: the peer closed the connection in mid-message");
-    if (k < 0) die("tcp read");
-    got += static_cast<size_t>(k);
-  }
-  return true;
+  const int r = TcpReadAll(fd, p, n);
+  if (r < 0) die("tcp read (or the peer closed the connection in mid-message)");
+  return r == 1;
 }
 
 // Resident set size in bytes (/proc/self/statm, second field).
@@ -270,18 +260,8 @@ void Close(Side* s) {
 int Server(int port) {
   Side s;
   Open(&s, 16);
-  const int ls = socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) || listen(ls, 1)) die("bind/listen");
-  const int fd = accept(ls, nullptr, nullptr);
-  if (fd < 0) die("accept");
-  close(ls);
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const int fd = TcpAcceptOne(port);
+  if (fd < 0) die("listen/accept");
   Hello peer;
   if (!ReadAll(fd, &peer, sizeof(peer)) || peer.magic != kMagic || peer.nqps == 0) {
     fail("no or bad hello from the client");
@@ -330,15 +310,8 @@ int Client(const char* host, int port, uint32_t n, double seconds) {
   const uint32_t window = std::min(kWindow, kSqDepth * n);
   Side s;
   Open(&s, 4 * kWindow);
-  addrinfo hints{}, *ai = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, std::to_string(port).c_str(), &hints, &ai) != 0) die("getaddrinfo");
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, ai->ai_addr, ai->ai_addrlen)) die("connect");
-  freeaddrinfo(ai);
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const int fd = TcpConnect(host, port);
+  if (fd < 0) die("connect");
   std::vector<uint32_t> peer_qpns(n);
   // Everything the traffic loop needs, allocated before the RSS readings.
   std::vector<uint32_t> outstanding(n, 0);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "rc_to_rts.h"
+#include "tcp_pair.h"
 
 namespace {
 
@@ -56,15 +57,10 @@ struct Wire {
 };
 
 void WriteAll(int fd, const void* p, size_t n) {
-  if (write(fd, p, n) != static_cast<ssize_t>(n)) die("tcp write");
+  if (!TcpWriteAll(fd, p, n)) die("tcp write");
 }
 void ReadAll(int fd, void* p, size_t n) {
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t k = read(fd, static_cast<char*>(p) + got, n - got);
-    if (k <= 0) die("tcp read");
-    got += static_cast<size_t>(k);
-  }
+  if (TcpReadAll(fd, p, n) != 1) die("tcp read");
 }
 
 struct Ends {
@@ -175,16 +171,8 @@ uint32_t AwaitRecv(Ends* e, uint32_t* sends) {
 int Server(int port) {
   Ends e;
   Open(&e);
-  const int ls = socket(AF_INET, SOCK_STREAM, 0);
-  const int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) || listen(ls, 1)) die("bind/listen");
-  const int fd = accept(ls, nullptr, nullptr);
-  if (fd < 0) die("accept");
+  const int fd = TcpAcceptOne(port);
+  if (fd < 0) die("listen/accept");
   Wire peer;
   ReadAll(fd, &peer, sizeof(peer));
   const Wire me = Local(e);
@@ -216,13 +204,8 @@ int Server(int port) {
 int Client(const char* host, int port, double seconds) {
   Ends e;
   Open(&e);
-  addrinfo hints{}, *ai = nullptr;
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(host, std::to_string(port).c_str(), &hints, &ai) != 0) die("getaddrinfo");
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, ai->ai_addr, ai->ai_addrlen)) die("connect");
-  freeaddrinfo(ai);
+  const int fd = TcpConnect(host, port);
+  if (fd < 0) die("connect");
   const Wire me = Local(e);
   WriteAll(fd, &me, sizeof(me));
   Wire peer;
