@@ -745,7 +745,8 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
       return;
     }
     QpEntry* e = it->second.get();
-    if (e->active) std::erase(e->owner->active, e);  // its timer entry is dropped when it comes up
+    if (e->active) std::erase(e->owner->active, e);
+    if (e->timer_at != 0) --e->owner->armed;  // its timer entry is dropped when it comes up
     --e->owner->qps;
     // Drop the QP's references on its CQs and PD.
     if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;

@@ -132,6 +132,10 @@ struct Worker final : transport::TransportEnv {
     bool operator>(const Timer& o) const { return ns > o.ns; }
   };
   std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
+  // QPs with a live entry there (QpEntry::timer_at != 0): while any, the
+  // worker does not sleep (Turn::pending). An entry is dropped (timer_at
+  // 0) as soon as its QP has nothing in flight, not when it comes up.
+  uint32_t armed = 0;
   // QPs held by their pacer (transport/pacer.h), by the time they may send
   // again: a min-heap of (ns, qpn); an entry whose QP is gone or was
   // rescheduled (QpEntry::paced_at differs) is dropped when it comes up.
@@ -460,8 +464,10 @@ class Device final : public Session {
   void Activate(QpEntry* e);
   void RunTimers(Worker& w, uint64_t now);
   // Queues e's transport timer if it has one and none is queued (or an RNR
-  // wait may have made it earlier).
+  // wait may have made it earlier); drops it once nothing is in flight.
   void ArmTimer(QpEntry* e);
+  // Rebuilds w.timers without the entries of QPs gone or rescheduled.
+  void CompactTimers(Worker& w);
   // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
   void PollLinkState(Worker& w);
   void WaitForLink();

@@ -259,7 +259,7 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     // worker's state is still its own.
     turn->timer_ns = w.last_timer_ns;
     turn->now_ns = w.last_poll_ns;
-    turn->pending = !w.timers.empty() || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
+    turn->pending = w.armed != 0 || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
                     (w.fault != nullptr && w.fault->holding());
     turn->pace_due_ns = w.paced.empty() ? 0 : w.paced.top().ns;
   }
@@ -555,11 +555,34 @@ bool Device::SourcesNonEmpty(const Worker& w) const {
 }
 
 void Device::ArmTimer(QpEntry* e) {
+  Worker& w = *e->owner;
+  if (!e->qp->HasOutstanding()) {
+    if (e->timer_at != 0) {  // everything acknowledged: its entry goes stale
+      e->timer_at = 0;
+      --w.armed;
+    }
+    return;
+  }
   if (e->timer_at != 0 && !e->qp->rnr_waiting()) return;
   const uint64_t due = std::max<uint64_t>(e->qp->TimerDue(), 1);
   if (due == transport::Qp::kNoTimer || (e->timer_at != 0 && e->timer_at <= due)) return;
+  if (e->timer_at == 0) ++w.armed;
   e->timer_at = due;
-  e->owner->timers.push({due, e->qp->qpn()});
+  w.timers.push({due, e->qp->qpn()});
+  // Stale entries (QPs that finished or went) wait for their time; keep
+  // them from piling up when QPs come and go faster than their timeouts.
+  if (w.timers.size() > 2 * size_t{w.armed} + 1024) [[unlikely]] CompactTimers(w);
+}
+
+void Device::CompactTimers(Worker& w) {
+  std::vector<Worker::Timer> live;
+  live.reserve(w.armed);
+  for (; !w.timers.empty(); w.timers.pop()) {
+    const Worker::Timer& t = w.timers.top();
+    auto it = qps_.find(t.qpn);
+    if (it != qps_.end() && it->second->owner == &w && it->second->timer_at == t.ns) live.push_back(t);
+  }
+  for (const Worker::Timer& t : live) w.timers.push(t);
 }
 
 // Runs the transport timers that are due (at most once a tick for each QP).
@@ -571,6 +594,7 @@ void Device::RunTimers(Worker& w, uint64_t now) {
     if (it == qps_.end() || it->second->owner != &w || it->second->timer_at != t.ns) continue;
     QpEntry* e = it->second.get();
     e->timer_at = 0;
+    --w.armed;
     if (e->qp->TimerDue() <= now) {
       e->qp->OnTimer(now);
       DeliverEvents(e);
@@ -580,6 +604,7 @@ void Device::RunTimers(Worker& w, uint64_t now) {
     if (due == transport::Qp::kNoTimer) continue;
     due = std::max(due, now + kTimerTickNs);  // a state that ignores its timer: look again next tick
     e->timer_at = due;
+    ++w.armed;
     w.timers.push({due, t.qpn});
   }
   if (w.index != 0) return;
