@@ -16,7 +16,7 @@
 // SECONDS: the message rate is the completions in that time over the time,
 // and each WRITE posted in it has its post-to-completion latency (TSC
 // stamps at ibv_post_send and when ibv_poll_cq returned it) in a
-// log-bucketed histogram (64 buckets per power of two) for p50 and p99.
+// log-bucketed histogram (lab/histogram.h) for p50 and p99.
 // Memory per QP, on each side: (RSS after creating and connecting every QP
 // - RSS before, with device, PD, MR and CQ open) / NQPS, before any traffic
 // (send-queue pages that traffic touches later are not in it; with N=1 the
@@ -42,8 +42,6 @@
 #include <x86intrin.h>
 
 #include <algorithm>
-#include <array>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -53,6 +51,8 @@
 #include <string>
 #include <vector>
 
+#include "lab/histogram.h"
+#include "lab/stamp_clock.h"
 #include "rc_to_rts.h"
 #include "tcp_pair.h"
 
@@ -116,58 +116,6 @@ long Rss() {
 double Seconds(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// TSC ticks per second, against steady_clock over ~100 ms.
-double TscHz() {
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  const uint64_t c0 = __rdtsc();
-  Clock::time_point t1;
-  do t1 = Clock::now();
-  while (Seconds(t0, t1) < 0.1);
-  const uint64_t c1 = __rdtsc();
-  return static_cast<double>(c1 - c0) / Seconds(t0, t1);
-}
-
-// Log-bucketed histogram of TSC tick counts: exact below 128, then 64
-// buckets per power of two (resolution 1/64).
-class Histogram {
- public:
-  void Add(uint64_t v) {
-    ++counts_[Index(v)];
-    ++total_;
-    max_ = std::max(max_, v);
-  }
-  uint64_t total() const { return total_; }
-  uint64_t max() const { return max_; }
-  // The value (bucket midpoint) at quantile q.
-  double Quantile(double q) const {
-    if (total_ == 0) return 0;
-    const uint64_t want = std::max<uint64_t>(1, static_cast<uint64_t>(q * static_cast<double>(total_) + 0.5));
-    uint64_t seen = 0;
-    for (size_t i = 0; i < counts_.size(); ++i) {
-      seen += counts_[i];
-      if (seen >= want) return Mid(i);
-    }
-    return Mid(counts_.size() - 1);
-  }
-
- private:
-  static size_t Index(uint64_t v) {
-    if (v < 128) return v;
-    const int s = std::bit_width(v) - 7;  // >= 1: v >> s is in [64, 128)
-    return 128 + static_cast<size_t>(s - 1) * 64 + ((v >> s) - 64);
-  }
-  static double Mid(size_t i) {
-    if (i < 128) return static_cast<double>(i);
-    const size_t s = (i - 128) / 64 + 1;
-    const uint64_t lo = ((i - 128) % 64 + 64) << s;
-    return static_cast<double>(lo) + static_cast<double>(uint64_t{1} << s) / 2;
-  }
-  std::array<uint64_t, 128 + 58 * 64> counts_{};
-  uint64_t total_ = 0;
-  uint64_t max_ = 0;
-};
 
 struct Side {
   ibv_context* ctx = nullptr;
@@ -319,8 +267,8 @@ int Client(const char* host, int port, uint32_t n, double seconds) {
   std::vector<uint32_t> slot_qp(window);
   std::vector<uint32_t> free_slots(window);
   for (uint32_t i = 0; i < window; ++i) free_slots[i] = window - 1 - i;
-  auto* hist = new Histogram();
-  const double hz = TscHz();
+  auto* hist = new droce::lab::LatencyHistogram();  // in TSC ticks
+  const double hz = droce::lab::StampCalibrate() * 1e9;  // TSC ticks per second
 
   const long before = Rss();
   const auto t0 = std::chrono::steady_clock::now();
@@ -408,7 +356,7 @@ int Client(const char* host, int port, uint32_t n, double seconds) {
       --outstanding[slot_qp[slot]];
       --inflight;
       ++done;
-      if (measuring && posted_at[slot] >= meas_start) hist->Add(t - posted_at[slot]);
+      if (measuring && posted_at[slot] >= meas_start) hist->Record(t - posted_at[slot]);
       free_slots.push_back(slot);
     }
   }
@@ -419,10 +367,10 @@ int Client(const char* host, int port, uint32_t n, double seconds) {
   std::fprintf(stderr,
                "qp_sweep: %llu completions in %.3f s measured; latency us: p50 %.2f p90 %.2f p99 %.2f p99.9 %.2f "
                "max %.2f (%llu samples)\n",
-               static_cast<unsigned long long>(done_measured), meas_s, hist->Quantile(0.5) * us_per_tick,
-               hist->Quantile(0.9) * us_per_tick, hist->Quantile(0.99) * us_per_tick,
-               hist->Quantile(0.999) * us_per_tick, static_cast<double>(hist->max()) * us_per_tick,
-               static_cast<unsigned long long>(hist->total()));
+               static_cast<unsigned long long>(done_measured), meas_s, hist->Percentile(50) * us_per_tick,
+               hist->Percentile(90) * us_per_tick, hist->Percentile(99) * us_per_tick,
+               hist->Percentile(99.9) * us_per_tick, static_cast<double>(hist->max()) * us_per_tick,
+               static_cast<unsigned long long>(hist->count()));
   const uint32_t req = kStatsRequest;
   WriteAll(fd, &req, sizeof(req));
   Stats server{};
@@ -430,7 +378,7 @@ int Client(const char* host, int port, uint32_t n, double seconds) {
   std::printf(
       "qps %u window %u msg_rate_M %.4f p50_us %.2f p99_us %.2f mem_per_qp_client_B %.0f mem_per_qp_server_B %.0f "
       "setup_s %.3f\n",
-      n, window, rate_m, hist->Quantile(0.50) * us_per_tick, hist->Quantile(0.99) * us_per_tick, mem_per_qp,
+      n, window, rate_m, hist->Percentile(50) * us_per_tick, hist->Percentile(99) * us_per_tick, mem_per_qp,
       server.mem_per_qp, setup_s);
   std::fflush(stdout);
   close(fd);
