@@ -410,6 +410,8 @@ class Qp {
   // requests and resends (requester.cc).
   bool PaceReady();
   void PaceSent();
+  // PollSend's work, PollSend itself telling the pacer how it ended.
+  bool SendSome(unsigned budget);
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
   void ExecuteRequest(const wire::PacketView& pkt);
@@ -557,6 +559,7 @@ class Qp {
   bool sr_draining_ = false;
   bool sr_announced_ = false;  // an ACK with the bit went to the requester
   uint64_t paced_until_ns_ = 0;
+  bool send_budget_out_ = false;  // SendSome stopped at its budget
   uint64_t last_ackreq_ns_ = 0;  // paced RC: when a request last asked for an ACK
   uint64_t pace_now_ns_ = 0;     // the clock reading of the pacer's last check
   uint32_t last_tx_len_ = 0;  // the last frame Transmit sent

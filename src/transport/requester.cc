@@ -400,6 +400,18 @@ void Qp::PaceSent() {
 }
 
 bool Qp::PollSend(unsigned budget) {
+  if (!pacer_.on()) [[likely]] return SendSome(budget);
+  // The pacer learns whether this pass ended waiting for it or for the
+  // next pass (pacer.h, catch-up): only then is the time until the next
+  // pass the sender's loss.
+  paced_until_ns_ = 0;
+  send_budget_out_ = false;
+  const bool more = SendSome(budget);
+  if (pacer_.on()) pacer_.SetWaiting(paced_until_ns_ != 0 || send_budget_out_);
+  return more;
+}
+
+bool Qp::SendSome(unsigned budget) {
   if (attr_.state == QpState::kErr) {
     FlushAll();
     return false;
@@ -504,6 +516,7 @@ bool Qp::PollSend(unsigned budget) {
       }
     }
   }
+  send_budget_out_ = true;  // more to send, only the budget stopped it
   return true;
 }
 
