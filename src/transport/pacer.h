@@ -14,9 +14,9 @@
 // Catch-up: a QP that was waiting for the pacer and is served late (its
 // thread descheduled: on this VM a thread that never sleeps loses its CPU
 // for 20 µs to several ms 600-1,000 times a second, 2-4 % of its time,
-// bench/host_gaps) would lose
-// for good whatever the refill earned beyond the bucket's depth, and a
-// paced flow would run 1-3 % below its rate at 10 Gb/s. What overflows the
+// bench/host_gaps) would lose for good whatever the refill earned beyond
+// the bucket's depth, and a paced flow would run 1-3 % below its rate at
+// 10 Gb/s. What overflows the
 // bucket while the QP waits goes to a reserve instead (at most kCatchUpNs
 // at the rate), which is paid back on top of the refill, so at most at
 // twice the rate, never as a burst: the bytes back to back stay within the
