@@ -3,15 +3,19 @@
 // queue but its QP is owned by another worker. The receiving worker parses it
 // (wire::parse_frame, ICRC included), finds the QP in the table and enqueues
 // the mbuf into the owner's inbox (an rte_ring created as the engine creates
-// it: 4096 slots, RING_F_SC_DEQ; rte_ring_mp_enqueue per packet, then the
-// turn's wake-up of the targets: a seq_cst fence and a load); the owner
+// it: 4096 slots, RING_F_SC_DEQ; since 2026-12-05 the receive step's frames
+// for one target go in together, rte_ring_mp_enqueue_burst, before the
+// turn's wake-up of the targets: a seq_cst fence and a load; the second
+// argument 0 models the engine before, one rte_ring_mp_enqueue per packet
+// as it is parsed); the owner
 // dequeues bursts of 32 (rte_ring_sc_dequeue_burst), parses again
 // (HandleFrame with handed=true), delivers and frees the mbuf. As
 // src/engine/worker.cc (Device::PollOnce, HandleFrame, HandOff).
 //
 //   build/bench/handoff_bench [--benchmark_filter=REGEX]
 //
-// Cases, each with a 64 B and a 1024 B RC SEND Only payload (the argument):
+// Cases, each with a 64 B and a 1024 B RC SEND Only payload (the first
+// argument) and, for the handed ones, per-packet (0) or batched (1) enqueue:
 //   BM_Direct            one worker: parse once, deliver (the path with
 //                        DROCE_WORKERS=1, or a packet on its owner's queue)
 //   BM_HandedOneThread   both workers on one thread: parse, enqueue, dequeue,
@@ -105,12 +109,15 @@ struct Worker {
   // own as in the engine's shared page; then what the worker writes.
   alignas(64) std::atomic<uint32_t> sleeping{0};
   alignas(64) uint32_t handoff_targets = 0;
+  rte_mbuf* outbox[kRxBurst];  // for the other worker (Device::batched)
+  uint16_t outbox_n = 0;
   uint64_t handoff_pkts = 0, inbox_full = 0, dropped = 0, delivered = 0, sum = 0;
 };
 
 // The device's QP table and its two workers.
 struct Device {
   Worker workers[2];
+  bool batched = true;  // the engine's FlushHandoffs; false: enqueue per packet
   absl::flat_hash_map<uint32_t, std::unique_ptr<QpEntry>> qps;
 
   Device() {
@@ -132,6 +139,8 @@ struct Device {
 
   void HandleFrame(Worker& w, rte_mbuf* m, bool handed);
   void HandOff(Worker& from, Worker& to, rte_mbuf* m);
+  // After the receive step: the outbox into the other worker's inbox.
+  void FlushHandoffs(Worker& from);
   // The end of a turn: wake the workers handed frames (WakeWorker).
   void WakeTargets(Worker& w) {
     for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) {
@@ -181,11 +190,29 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
 // receiver waits instead, so that the two-thread case measures the rate the
 // slower side sustains (`inbox_full` counts the waits).
 void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
+  if (batched) {
+    from.outbox[from.outbox_n++] = m;  // at most a burst's worth per turn
+    return;
+  }
   while (rte_ring_mp_enqueue(to.inbox, m) != 0) {
     ++from.inbox_full;
     rte_pause();
   }
   ++from.handoff_pkts;
+  from.handoff_targets |= 1u << to.index;
+}
+
+void Device::FlushHandoffs(Worker& from) {
+  if (from.outbox_n == 0) return;
+  Worker& to = workers[1 - from.index];
+  unsigned put = 0;
+  while ((put += rte_ring_mp_enqueue_burst(to.inbox, reinterpret_cast<void**>(from.outbox + put),
+                                           from.outbox_n - put, nullptr)) < from.outbox_n) {
+    ++from.inbox_full;
+    rte_pause();
+  }
+  from.handoff_pkts += from.outbox_n;
+  from.outbox_n = 0;
   from.handoff_targets |= 1u << to.index;
 }
 
@@ -235,6 +262,7 @@ inline void RxTurn(Device& d, Worker& w, rte_mbuf** rx, uint16_t n) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
     d.HandleFrame(w, rx[i], /*handed=*/false);
   }
+  d.FlushHandoffs(w);
   d.WakeTargets(w);
 }
 
@@ -252,7 +280,8 @@ void SetPerPacket(benchmark::State& state, int64_t packets) {
                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
-bool Setup(benchmark::State& state, Device& d, uint32_t qpn, uint16_t* len) {
+bool Setup(benchmark::State& state, Device& d, uint32_t qpn, uint16_t* len, bool batched = true) {
+  d.batched = batched;
   if (!d.ok()) {
     state.SkipWithError("rte_ring_create failed");
     return false;
@@ -289,7 +318,7 @@ BENCHMARK(BM_Direct)->Arg(64)->Arg(1024)->MinTime(0.3);
 void BM_HandedOneThread(benchmark::State& state) {
   Device d;
   uint16_t len;
-  if (!Setup(state, d, kHandedQpn, &len)) return;
+  if (!Setup(state, d, kHandedQpn, &len, state.range(1) != 0)) return;
   Worker& a = d.workers[0];
   Worker& b = d.workers[1];
   rte_mbuf* rx[kRxBurst];
@@ -306,7 +335,7 @@ void BM_HandedOneThread(benchmark::State& state) {
   }
   SetPerPacket(state, static_cast<int64_t>(state.iterations()) * kRxBurst);
 }
-BENCHMARK(BM_HandedOneThread)->Arg(64)->Arg(1024)->MinTime(0.3);
+BENCHMARK(BM_HandedOneThread)->ArgsProduct({{64, 1024}, {0, 1}})->MinTime(0.3);
 
 // Case 3: worker 1 on EAL lcore 1 (CPU 1), spinning on its inbox until it has
 // handled `packets` frames.
@@ -369,7 +398,7 @@ int OwnerLoop(void* arg) {
 void BM_HandedTwoThreads(benchmark::State& state) {
   Device d;
   uint16_t len;
-  if (!Setup(state, d, kHandedQpn, &len)) return;
+  if (!Setup(state, d, kHandedQpn, &len, state.range(1) != 0)) return;
   if (rte_lcore_count() < 2 || rte_get_main_lcore() != 0 || !rte_lcore_is_enabled(1)) {
     state.SkipWithError("needs EAL lcores 0 (main) and 1");
     return;
@@ -424,7 +453,7 @@ void BM_HandedTwoThreads(benchmark::State& state) {
   }
   state.counters["preempted"] = static_cast<double>(recv_use.preempted + o.use.preempted);
 }
-BENCHMARK(BM_HandedTwoThreads)->Arg(64)->Arg(1024)->UseManualTime()->Iterations(kTwoThreadRuns)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_HandedTwoThreads)->ArgsProduct({{64, 1024}, {0, 1}})->UseManualTime()->Iterations(kTwoThreadRuns)->Unit(benchmark::kMillisecond);
 
 std::string g_runtime_dir;
 

@@ -227,6 +227,7 @@ absl::Status Device::Setup(const Config& cfg) {
       if (w->inbox == nullptr) {
         return absl::ResourceExhaustedError(absl::StrCat("worker inbox ", ring, ": ", rte_strerror(rte_errno)));
       }
+      w->outbox.resize(static_cast<size_t>(cfg.workers));
     }
     // The fault stage (DROCE_FAULT): only with rules, so that without them
     // the loop's test of `fault` is all it costs. The worker index salts

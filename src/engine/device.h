@@ -118,6 +118,16 @@ struct Worker final : transport::TransportEnv {
   // Frames for this worker's QPs received by another worker (multi-producer,
   // single-consumer); nullptr with a single worker.
   rte_ring* inbox = nullptr;
+  // Frames this worker received for other workers' QPs, per target, put in
+  // the targets' inboxes together after the receive step (FlushHandoffs):
+  // one ring operation per target and turn, not one per frame (each takes
+  // the ring's cache lines from the owner spinning on it; bench/handoff_bench).
+  struct Outbox {
+    static constexpr uint16_t kSize = 64;
+    rte_mbuf* m[kSize];
+    uint16_t n = 0;
+  };
+  std::vector<Outbox> outbox;  // one per worker; empty with a single worker
 
   std::vector<QpEntry*> active;
   // QPs awaiting ACKs, by when their transport timer is due
@@ -165,6 +175,7 @@ struct Worker final : transport::TransportEnv {
   uint64_t timers_ran_ns = 0;  // RunTimers' last run (it may wait for a receive backlog)
   uint64_t last_poll_ns = 0;  // the clock reading of the last turn
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
+  uint32_t handoff_pending = 0;  // bit per worker with frames in its outbox
   uint32_t qps = 0;              // QPs owned (guarded by the control path)
   // Work found during a turn that touches other workers' QPs (an SRQ error,
   // a device failure): run with every worker stopped, after the turn.
@@ -447,6 +458,9 @@ class Device final : public Session {
   void HandleFrame(Worker& w, rte_mbuf* m, bool handed);
   // Passes a received frame to the worker that owns its QP.
   void HandOff(Worker& from, Worker& to, rte_mbuf* m);
+  // Puts the outboxes' frames into their targets' inboxes.
+  void FlushHandoffs(Worker& from);
+  void FlushHandoff(Worker& from, Worker& to);
   // A RoCE packet to a multicast address: to every QP attached to its group
   // (w's own; other workers get a copy of `m` unless it was handed).
   void HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed);

@@ -385,6 +385,7 @@ bool Device::PollOnce(Worker& w) {
     });
     if (tap != nullptr) [[unlikely]] tap->Commit(lab::Capture::kRxEngine);
   }
+  if (w.handoff_pending != 0) FlushHandoffs(w);
   if (w.inbox != nullptr) {
     n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(w.inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
     for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
@@ -445,7 +446,9 @@ bool Device::PollOnce(Worker& w) {
     busy |= !w.tx.empty();  // frames only held are no work yet (Turn::pending keeps the loop awake)
     FlushTx(w);
   }
-  // The workers handed frames this turn look at their inbox now.
+  // The workers handed frames this turn look at their inbox now (frames
+  // handed after the receive step, e.g. by LoopBackSelf, go in first).
+  if (w.handoff_pending != 0) FlushHandoffs(w);
   for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
   w.handoff_targets = 0;
   // A capture that reached its bounds costs nothing more, nor a fault stage
@@ -702,15 +705,29 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
 }
 
 void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
-  // A full inbox is a loss on the wire as far as the peers can tell: RC
-  // retransmits, UC and UD drop the message.
-  if (rte_ring_mp_enqueue(to.inbox, m) != 0) {
-    Bump(from.stats.handoff_drop);
-    rte_pktmbuf_free(m);
-    return;
+  Worker::Outbox& o = from.outbox[to.index];
+  o.m[o.n++] = m;
+  from.handoff_pending |= 1u << to.index;
+  if (o.n == Worker::Outbox::kSize) [[unlikely]] FlushHandoff(from, to);
+}
+
+void Device::FlushHandoffs(Worker& from) {
+  for (uint32_t t = from.handoff_pending; t != 0; t &= t - 1) FlushHandoff(from, *workers_[__builtin_ctz(t)]);
+}
+
+void Device::FlushHandoff(Worker& from, Worker& to) {
+  Worker::Outbox& o = from.outbox[to.index];
+  const unsigned put = rte_ring_mp_enqueue_burst(to.inbox, reinterpret_cast<void**>(o.m), o.n, nullptr);
+  // What a full inbox did not take is a loss on the wire as far as the
+  // peers can tell: RC retransmits, UC and UD drop the message.
+  if (put != o.n) [[unlikely]] {
+    Bump(from.stats.handoff_drop, o.n - put);
+    rte_pktmbuf_free_bulk(o.m + put, o.n - put);
   }
-  Bump(from.stats.handoff_pkts);
-  from.handoff_targets |= 1u << to.index;
+  Bump(from.stats.handoff_pkts, put);
+  o.n = 0;
+  from.handoff_pending &= ~(1u << to.index);
+  if (put != 0) from.handoff_targets |= 1u << to.index;
 }
 
 // Multicast (UD only): the group is the destination address, and each
