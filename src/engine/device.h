@@ -183,6 +183,10 @@ struct Worker final : transport::TransportEnv {
 
   // TransportEnv, for this worker's QPs.
   uint64_t NowNs() override;
+  uint64_t TurnNs() override;
+  // The clock at the start of the turn running now (Device::PollOnceGuarded);
+  // 0 between turns.
+  uint64_t turn_ns = 0;
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;

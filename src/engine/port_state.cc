@@ -125,6 +125,12 @@ void Device::EnterFatal(const char* why) {
 }
 
 bool Device::PollOnceGuarded(Worker& w) {
+  // One clock reading per turn for what needs no better (TransportEnv::TurnNs).
+  w.turn_ns = NowNs();
+  struct EndTurn {
+    Worker& w;
+    ~EndTurn() { w.turn_ns = 0; }
+  } end_turn{w};
   // The device dies with every worker stopped, after this turn (DriveLocked).
   try {
     return PollOnce(w);

@@ -431,7 +431,7 @@ bool Device::PollOnce(Worker& w) {
     LoopBackSelf(w);
     busy = true;
   }
-  const uint64_t now = NowNs();
+  const uint64_t now = w.turn_ns;  // the turn's one clock reading
   w.last_poll_ns = now;
   if (now - w.last_timer_ns >= kTimerTickNs) {
     // The tick also dates the turn for Kick and the watch (Turn::timer_ns),
@@ -823,6 +823,7 @@ void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
 }
 
 uint64_t Worker::NowNs() { return Device::NowNs(); }
+uint64_t Worker::TurnNs() { return turn_ns != 0 ? turn_ns : Device::NowNs(); }
 
 bool Worker::AllocFrame(uint32_t len, transport::TxFrame* f) {
   // Back-pressure: while the link refuses frames, stop producing new ones;

@@ -132,7 +132,7 @@ void Qp::AckUpTo(uint32_t next) {
       if (wire::psn_lt(missing, next)) next = missing;
     }
   }
-  const uint64_t now = env_->NowNs();
+  const uint64_t now = env_->TurnNs();
   if (wire::psn_lt(unacked_psn_, next) && !wire::psn_lt(next_psn_, next)) AdvanceUnacked(next, now);
   retries_left_ = attr_.retry_cnt;
   rnr_retries_left_ = attr_.rnr_retry;

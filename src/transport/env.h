@@ -42,6 +42,11 @@ class TransportEnv {
  public:
   virtual ~TransportEnv() = default;
   virtual uint64_t NowNs() = 0;
+  // The clock as read once at the start of the engine's current loop turn
+  // (NowNs outside one): for completion timestamps and progress stamps,
+  // where the turn's few microseconds do not matter and a clock read per
+  // packet did (~150 ns through kvm-clock, 5 % of a 64 B receiver).
+  virtual uint64_t TurnNs() { return NowNs(); }
   // A buffer for one frame of `len` bytes; false when none is available now
   // (the caller tries again on a later loop turn).
   virtual bool AllocFrame(uint32_t len, TxFrame* frame) = 0;

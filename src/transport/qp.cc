@@ -495,7 +495,7 @@ bool Qp::RetireSendWqe(const queue::Cqe* cqe) {
 
 bool Qp::PushSendCqe(const queue::Cqe& in) {
   queue::Cqe cqe = in;
-  cqe.timestamp_ns = env_->NowNs();
+  cqe.timestamp_ns = env_->TurnNs();
   if (cqe.status != queue::wc::kSuccess) {
     Count(cqe.status == queue::wc::kWrFlushErr ? QpCounter::req_cqe_flush_error : QpCounter::req_cqe_error);
   }
@@ -512,7 +512,7 @@ bool Qp::PushSendCqe(const queue::Cqe& in) {
 
 bool Qp::PushRecvCqe(const queue::Cqe& in, bool solicited) {
   queue::Cqe cqe = in;
-  cqe.timestamp_ns = env_->NowNs();
+  cqe.timestamp_ns = env_->TurnNs();
   if (cqe.status != queue::wc::kSuccess) {
     Count(cqe.status == queue::wc::kWrFlushErr ? QpCounter::resp_cqe_flush_error : QpCounter::resp_cqe_error);
   }

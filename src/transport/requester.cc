@@ -483,7 +483,7 @@ bool Qp::SendSome(unsigned budget) {
       else if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
     }
     if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
-      last_progress_ns_ = sr_timer_ns_ = env_->NowNs();  // the timers start with the first packet
+      last_progress_ns_ = sr_timer_ns_ = env_->TurnNs();  // the timers start with the first packet
     }
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
     if (pacer_.on() && !PaceReady()) [[unlikely]] return more;
