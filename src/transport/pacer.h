@@ -16,13 +16,13 @@
 // for 20 µs to several ms 600-1,000 times a second, 2-4 % of its time,
 // bench/host_gaps) would lose for good whatever the refill earned beyond
 // the bucket's depth, and a paced flow would run 1-3 % below its rate at
-// 10 Gb/s. What overflows the
-// bucket while the QP waits goes to a reserve instead (at most kCatchUpNs
-// at the rate), which is paid back on top of the refill, so at most at
-// twice the rate, never as a burst: the bytes back to back stay within the
-// burst. An idle QP (nothing to send, or held by anything but the pacer:
-// window, fence, no WQE) earns no reserve, and a rate change (DCQCN moves
-// it often) drops it: congestion control decides the rate then.
+// 10 Gb/s. What overflows the bucket while the QP waits goes to a reserve
+// instead (at most kCatchUpNs at the rate), which is paid back on top of
+// the refill, so at most at twice the rate, never as a burst: the bytes
+// back to back stay within the burst. An idle QP (nothing to send, or held
+// by anything but the pacer: window, fence, no WQE) earns no reserve, and
+// a rate change (DCQCN moves it often) drops it: congestion control
+// decides the rate then.
 #pragma once
 
 #include <algorithm>
