@@ -59,6 +59,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"hugepages", Setting::kHugepages, Kind::kString},
     {"progress", Setting::kProgress, Kind::kString},
     {"poll_yield", Setting::kPollYield, Kind::kInteger},
+    {"watch_us", Setting::kWatch, Kind::kInteger},
     {"stats", Setting::kStats, Kind::kBool},
     {"telemetry", Setting::kTelemetry, Kind::kBool},
     {"ctl", Setting::kCtl, Kind::kBool},
