@@ -462,6 +462,10 @@ class DaemonSession final : public engine::Session {
   }
   bool TryDrive(bool) override { return false; }
   void Handoff() override {}
+  void NoteYield() override {
+    auto* words = static_cast<engine::WakeWords*>(wake_shm_.data());
+    for (int w = 0; w < workers_; ++w) words[w].app_yields.fetch_add(1, std::memory_order_relaxed);
+  }
   bool RunOnWorkerForTesting(std::function<void()>) override { return false; }
 
   // The event thread.

@@ -159,6 +159,7 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     const unsigned limit = empty_polls_before_yield();
     if (limit != 0 && ++empty >= limit) {
       empty = 0;
+      to_ctx(ibcq->context)->s->engine->NoteYield();
       sched_yield();
     }
   }

@@ -47,6 +47,7 @@
 #include "transport/env.h"
 #include "transport/qp.h"
 #include "engine/session.h"
+#include "engine/yield_policy.h"
 
 struct rte_mbuf;
 struct rte_ring;
@@ -172,6 +173,11 @@ struct Worker final : transport::TransportEnv {
   std::vector<rte_mbuf*> self_loop, self_scratch;
   Counters stats;
   uint64_t last_timer_ns = 0;
+  // Whether the idle worker naps instead of yielding a CPU that a spinner
+  // holds (Device::YieldCpu), and the thread's CPU time and the clock read
+  // together for it (0: stale). Its own thread only.
+  YieldPolicy yield;
+  uint64_t cpu_ref_ns = 0, cpu_ref_wall_ns = 0;
   uint64_t timers_ran_ns = 0;  // RunTimers' last run (it may wait for a receive backlog)
   uint64_t last_poll_ns = 0;  // the clock reading of the last turn
   uint32_t handoff_targets = 0;  // bit per worker handed a frame this turn
@@ -361,6 +367,7 @@ class Device final : public Session {
   // An application thread that drove the engine is about to block (e.g. in
   // ibv_get_cq_event): the worker takes over now.
   void Handoff() override;
+  void NoteYield() override;
 
   // droced. The memfd of the workers' wake words (one WakeWords per worker,
   // in worker order) that clients map to wake a sleeping worker.
@@ -500,6 +507,8 @@ class Device final : public Session {
   bool CqEventHeld() const;
   // Spin, yield or sleep after an idle turn (without w's drive lock).
   void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
+  void YieldCpu(Worker& w, bool hot);
+  bool WakeReason(const Worker& w) const;
   void Nap(Worker& w, long ns);
   // DROCE_WATCH_US: one look at the link while applications drive, at
   // real-time priority (worker.cc); LeaveRealtime drops that priority.
@@ -550,6 +559,9 @@ class Device final : public Session {
   // DROCE_WATCH_US in ns (0: off, or real-time priority was refused), and the
   // time an application thread last drove or posted (Watch).
   std::atomic<uint64_t> watch_ns_{0};
+  // The worker's sleep where it would yield a CPU that yields give away
+  // (YieldCpu): DROCE_WATCH_US; 0: always yield.
+  uint64_t contended_nap_ns_ = 0;
   std::atomic<uint64_t> app_seen_ns_{0};
   bool app_progress_ = true;
   bool measure_latency_ = false;  // DROCE_LATENCY: QPs record post-to-completion latencies

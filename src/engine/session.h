@@ -41,6 +41,12 @@ struct MapInfo {
 struct WakeWords {
   alignas(queue::kCacheLine) std::atomic<uint32_t> seq;
   std::atomic<uint32_t> sleeping;
+  // sched_yield calls by application threads whose ibv_poll_cq found
+  // nothing (Session::NoteYield): the worker tells a program that waits in
+  // verbs from one that spins on memory (Device::YieldCpu). Its own line:
+  // the pollers write it, the worker reads it only when a yield came back
+  // late.
+  alignas(queue::kCacheLine) std::atomic<uint32_t> app_yields;
 };
 // Wakes a worker whose WakeWords these are if it announced a sleep; pairs
 // with the sleeper's store of `sleeping`, fence, re-check (worker.cc).
@@ -238,6 +244,9 @@ class Session {
   virtual bool SendsDeferred() const { return false; }
   // The calling thread is about to block: the worker takes over now.
   virtual void Handoff() = 0;
+  // The calling thread, polling an empty CQ, yields its CPU
+  // (DROCE_POLL_YIELD): counted in every worker's WakeWords::app_yields.
+  virtual void NoteYield() {}
   // Runs fn with the engine stopped, as a control call does (tests that make
   // the engine fail from inside); false where the engine is not in this
   // process.

@@ -46,6 +46,14 @@ constexpr unsigned kSpinLoops = 200;
 // cannot see it (no Rx interrupts on memif/af_xdp/af_packet).
 constexpr uint64_t kYieldWindowNs = 5'000'000;
 constexpr long kSleepNs = 200'000;
+// Where the idle back-off would yield, a worker whose yields a spinner
+// takes for a whole time slice naps instead (engine/yield_policy.h,
+// YieldCpu): daemon-mode ib_write_lat's median was 2.0 or 4.0 ms. The
+// naps are DROCE_WATCH_US long while the link is busy: 10 us made that
+// ib_write_lat 15 times slower than 20 us (the wakeups took the spinner's
+// CPU), 30 or 50 us about the same as 20. They have timer slack 1 ns,
+// doorbells end them, and no spin goes before them.
+constexpr uint64_t kCpuRefNs = 1'000'000;
 // How long before a paced QP's next packet the worker stops sleeping and
 // spins (transport/pacer.h): a futex sleep with 1 ns slack still wakes some
 // tens of microseconds late on a busy machine.
@@ -103,6 +111,12 @@ constexpr uint64_t kWatchActiveNs = 10'000;
 constexpr unsigned kWatchStreak = 8;
 constexpr uint64_t kWatchHotNs = 200'000;
 constexpr int kWatchPriority = 1;  // the lowest SCHED_FIFO priority
+// The calling thread's CPU time (a system call, not the vDSO).
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+}
 // Whether this thread (a watching worker) runs at real-time priority.
 thread_local bool t_realtime = false;
 
@@ -130,6 +144,7 @@ void Device::SetupWatch(const Config& cfg) {
   // Several workers share spin locks (CQ producers, SRQs) whose holder, a
   // driving application thread, a real-time worker on its CPU would never
   // let finish: watching is for a device with one worker.
+  contended_nap_ns_ = uint64_t{cfg.watch_us} * 1000;
   if (!cfg.app_progress || cfg.watch_us == 0) return;
   if (cfg.workers != 1) {
     Log(LogLevel::kInfo,
@@ -197,6 +212,7 @@ void Device::Watch(Worker& w, WatchState& ws) {
 // driver's reads. A control call takes every drive lock (RunOnWorker); while
 // it waits (ctl_pending_), drivers step aside.
 void Device::Loop(Worker& w) {
+  w.yield = YieldPolicy(contended_nap_ns_);
   unsigned idle = 0;
   uint64_t last_busy_ns = 0;
   Turn turn;
@@ -208,6 +224,7 @@ void Device::Loop(Worker& w) {
     if (ctl_pending_.load(std::memory_order_relaxed) != 0) {
       LeaveRealtime();  // a real-time yield would not let the control call's thread run
       sched_yield();
+      w.cpu_ref_wall_ns = 0;  // not a yield lost (YieldCpu)
       continue;
     }
     const uint64_t now = NowNs();
@@ -336,6 +353,10 @@ void Device::Handoff() {
 
 void Device::WakeNow(Worker& w) { WakeWorkerNow(w.wake); }
 
+void Device::NoteYield() {
+  for (auto& w : workers_) w->wake->app_yields.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Sleeps up to ns on w's futex unless has_work() says otherwise once the
 // sleep is announced (`sleeping` then a seq_cst fence; pairs with Wake).
 template <typename HasWork>
@@ -349,6 +370,7 @@ void Device::SleepUnless(Worker& w, long ns, HasWork has_work) {
     syscall(SYS_futex, &w.wake->seq, FUTEX_WAIT, seq, &ts, nullptr, 0);
   }
   w.wake->sleeping.store(0, std::memory_order_relaxed);
+  w.cpu_ref_wall_ns = 0;  // off the CPU on purpose: not a yield lost (YieldCpu)
 }
 
 void Device::Nap(Worker& w, long ns) {
@@ -459,7 +481,9 @@ bool Device::PollOnce(Worker& w) {
 }
 
 void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* last_busy_ns) {
-  if (idle < kSpinLoops) {
+  // Spinning while another thread waits for this CPU (YieldCpu) is time
+  // taken from it.
+  if (idle < kSpinLoops && !w.yield.active()) {
     rte_pause();
     return;
   }
@@ -479,25 +503,61 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
     }
   }
   if (turn.timer_ns - *last_busy_ns < kYieldWindowNs || turn.pending) {
-    sched_yield();
+    YieldCpu(w, turn.timer_ns - *last_busy_ns < kWatchHotNs);
     return;
   }
-  SleepUnless(w, kSleepNs, [this, &w] {
-    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
-           w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
-  });
+  // (A worker napping for a spinner goes on napping after these sleeps:
+  // the ping-pong it serves stalls while its yields are lost, so its link
+  // looks idle, and stopping the naps here ended them within 30-70 us of
+  // their start, every 4 ms, in a daemon-mode ib_write_lat.)
+  SleepUnless(w, kSleepNs, [this, &w] { return WakeReason(w); });
   *last_busy_ns = NowNs() - kYieldWindowNs / 2;  // after a sleep, yield a while before sleeping again
+}
+
+// Whether a sleeping worker has a reason to wake at once: a control call,
+// doorbells, frames from another worker, QPs to activate.
+bool Device::WakeReason(const Worker& w) const {
+  return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
+         w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
+}
+
+// sched_yield, or a nap while yields give the CPU away (engine/yield_policy.h).
+void Device::YieldCpu(Worker& w, bool hot) {
+  const uint64_t now = NowNs();
+  if (w.yield.Napping(now)) {
+    SleepUnless(w, static_cast<long>(w.yield.NextNap(hot)), [this, &w] { return WakeReason(w); });
+    return;
+  }
+  // Whether the thread was off its CPU during the yield: its CPU time and
+  // the clock, read together at most once a millisecond (reading CPU time
+  // is a system call, 1.3-1.5 us here, as long as the yield; reading it
+  // around every yield made daemon-mode ib_send_lat 15 % slower) and after
+  // every sleep (SleepUnless clears it), against the same after the yield.
+  if (now - w.cpu_ref_wall_ns > kCpuRefNs) {
+    w.cpu_ref_ns = ThreadCpuNs();
+    w.cpu_ref_wall_ns = NowNs();
+  }
+  const uint32_t app_yields = w.wake->app_yields.load(std::memory_order_relaxed);
+  sched_yield();
+  const uint64_t after = NowNs();
+  if (after - now <= YieldPolicy::kLostNs && !w.yield.active()) return;
+  const int64_t off_cpu = static_cast<int64_t>((after - w.cpu_ref_wall_ns) - (ThreadCpuNs() - w.cpu_ref_ns));
+  switch (w.yield.AfterYield(after, after - now, static_cast<uint64_t>(std::max<int64_t>(off_cpu, 0)),
+                             w.wake->app_yields.load(std::memory_order_relaxed) != app_yields, hot)) {
+    case YieldPolicy::Change::kStart: prctl(PR_SET_TIMERSLACK, 1UL); break;
+    case YieldPolicy::Change::kStop:
+      if (!t_realtime) prctl(PR_SET_TIMERSLACK, 0UL);
+      break;
+    case YieldPolicy::Change::kNone: break;
+  }
 }
 
 // A sleep that must end on time: timer slack 1 ns for it (the default 50 µs
 // would overshoot the spacing of a paced flow), woken early by work.
 void Device::PaceSleep(Worker& w, long ns) {
   prctl(PR_SET_TIMERSLACK, 1UL);
-  SleepUnless(w, ns, [this, &w] {
-    return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
-           w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
-  });
-  if (!t_realtime) prctl(PR_SET_TIMERSLACK, 0UL);
+  SleepUnless(w, ns, [this, &w] { return WakeReason(w); });
+  if (!t_realtime && !w.yield.active()) prctl(PR_SET_TIMERSLACK, 0UL);
 }
 
 void Device::Activate(QpEntry* e) {
