@@ -52,7 +52,8 @@ constexpr long kSleepNs = 200'000;
 // naps are DROCE_WATCH_US long while the link is busy: 10 us made that
 // ib_write_lat 15 times slower than 20 us (the wakeups took the spinner's
 // CPU), 30 or 50 us about the same as 20. They have timer slack 1 ns,
-// doorbells end them, and no spin goes before them.
+// doorbells end them, and no spin goes before them. YieldCpu reads the
+// thread's CPU time at most once per kCpuRefNs.
 constexpr uint64_t kCpuRefNs = 1'000'000;
 // How long before a paced QP's next packet the worker stops sleeping and
 // spins (transport/pacer.h): a futex sleep with 1 ns slack still wakes some
