@@ -559,8 +559,8 @@ class Device final : public Session {
   // DROCE_WATCH_US in ns (0: off, or real-time priority was refused), and the
   // time an application thread last drove or posted (Watch).
   std::atomic<uint64_t> watch_ns_{0};
-  // The worker's sleep where it would yield a CPU that yields give away
-  // (YieldCpu): DROCE_WATCH_US; 0: always yield.
+  // The nap of a worker whose yields a spinner takes (YieldCpu,
+  // engine/yield_policy.h): DROCE_WATCH_US; 0: always yield.
   uint64_t contended_nap_ns_ = 0;
   std::atomic<uint64_t> app_seen_ns_{0};
   bool app_progress_ = true;

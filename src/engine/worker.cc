@@ -132,6 +132,12 @@ bool SetRealtime(bool on) {
   return sched_setscheduler(0, on ? (SCHED_FIFO | SCHED_RESET_ON_FORK) : SCHED_OTHER, &p) == 0;
 }
 
+// The default timer slack again unless the thread still needs 1 ns: it
+// watches at real-time priority, or it naps for a spinner (YieldCpu).
+void RelaxTimerSlack(const Worker& w) {
+  if (!t_realtime && !w.yield.active()) prctl(PR_SET_TIMERSLACK, 0UL);
+}
+
 }  // namespace
 
 // The watching worker's state (its own thread only).
@@ -546,9 +552,7 @@ void Device::YieldCpu(Worker& w, bool hot) {
   switch (w.yield.AfterYield(after, after - now, static_cast<uint64_t>(std::max<int64_t>(off_cpu, 0)),
                              w.wake->app_yields.load(std::memory_order_relaxed) != app_yields, hot)) {
     case YieldPolicy::Change::kStart: prctl(PR_SET_TIMERSLACK, 1UL); break;
-    case YieldPolicy::Change::kStop:
-      if (!t_realtime) prctl(PR_SET_TIMERSLACK, 0UL);
-      break;
+    case YieldPolicy::Change::kStop: RelaxTimerSlack(w); break;
     case YieldPolicy::Change::kNone: break;
   }
 }
@@ -558,7 +562,7 @@ void Device::YieldCpu(Worker& w, bool hot) {
 void Device::PaceSleep(Worker& w, long ns) {
   prctl(PR_SET_TIMERSLACK, 1UL);
   SleepUnless(w, ns, [this, &w] { return WakeReason(w); });
-  if (!t_realtime && !w.yield.active()) prctl(PR_SET_TIMERSLACK, 0UL);
+  RelaxTimerSlack(w);
 }
 
 void Device::Activate(QpEntry* e) {
