@@ -150,10 +150,10 @@ int poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     }
   }
   if (nstamped != 0) [[unlikely]] to_ctx(ibcq->context)->s->latency.Record(stamped, nstamped, PollLatency::Now());
-  // Posts since the last turn were left for this thread's polls (Kick): a
-  // poll that found completions did not drive, so it sends them now, one
+  // A poll that found completions did not drive: it still counts as busy
+  // polling, and sends the posts left for this thread's polls (Kick), one
   // turn for all of them.
-  if (got > 0 && to_ctx(ibcq->context)->s->engine->SendsDeferred()) to_ctx(ibcq->context)->s->engine->TryDrive();
+  if (got > 0) to_ctx(ibcq->context)->s->engine->CompletionsPolled();
   if (got == 0) {
     static thread_local unsigned empty = 0;
     const unsigned limit = empty_polls_before_yield();

@@ -363,7 +363,7 @@ class Device final : public Session {
   // Application-driven progress: runs one turn of each worker's loop whose
   // drive lock is free on the calling thread. Returns whether there was work.
   bool TryDrive(bool polling = true) override;
-  bool SendsDeferred() const override { return kick_deferred_.load(std::memory_order_relaxed); }
+  void CompletionsPolled() override;
   // An application thread that drove the engine is about to block (e.g. in
   // ibv_get_cq_event): the worker takes over now.
   void Handoff() override;
@@ -554,8 +554,8 @@ class Device final : public Session {
   std::atomic<uint32_t> ctl_pending_{0};
 
   std::atomic<uint64_t> last_app_drive_ns_{0};
-  std::atomic<bool> kick_deferred_{false};  // SendsDeferred
-  std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls that found their CQ empty (kBusyPolls)
+  std::atomic<bool> kick_deferred_{false};  // Kick left posts for the next poll's turn
+  std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls, empty or not (kBusyPolls)
   // DROCE_WATCH_US in ns (0: off, or real-time priority was refused), and the
   // time an application thread last drove or posted (Watch).
   std::atomic<uint64_t> watch_ns_{0};

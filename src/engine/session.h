@@ -237,11 +237,12 @@ class Session {
   // Application-driven progress (embedded only; false elsewhere): runs one
   // turn of each free worker on the calling thread.
   virtual bool TryDrive(bool polling = true) = 0;
-  // Kick left posts for the polling thread's next turn (application-driven
-  // progress): a poll that returns completions drives one turn too, else a
-  // thread whose polls keep finding completions would send one turn per
-  // post.
-  virtual bool SendsDeferred() const { return false; }
+  // An ibv_poll_cq call returned completions (application-driven progress;
+  // nothing elsewhere): the thread counts as polling busily, as one whose
+  // polls find their CQ empty does, and the posts Kick left for its next
+  // turn are sent now, in one turn (else a thread whose polls keep finding
+  // completions would send one turn per post).
+  virtual void CompletionsPolled() {}
   // The calling thread is about to block: the worker takes over now.
   virtual void Handoff() = 0;
   // The calling thread, polling an empty CQ, yields its CPU

@@ -70,7 +70,7 @@ constexpr uint64_t kAppDriveWindowNs = 2'000'000;
 constexpr uint64_t kKickDeferNs = 100'000;
 constexpr long kAppNapNs = 1'000'000;
 // Only threads that poll busily send the worker to sleep: at least
-// kBusyPolls polls of empty CQs in the last kBusyIntervalNs. A program that
+// kBusyPolls ibv_poll_cq calls in the last kBusyIntervalNs. A program that
 // polls now and then (UCX's progress from its socket waits: a few polls
 // every millisecond) does not, or a peer's RDMA READ or atomic, which only
 // the engine answers, waited up to kAppNapNs for the next nap's end (UCX's
@@ -338,11 +338,33 @@ void Device::Kick(const QpHandle& qp) {
       return;
     }
     if (TryTakeDrive(w)) {
-      DriveLocked(w);
+      // The application drives, as from ibv_poll_cq. Without this a thread
+      // whose polls always find completions (ib_write_bw at MTU 4096, a
+      // completion per 64 KiB message) drove only from here, unseen: the
+      // worker drove too and napped 20 us whenever the application held the
+      // lock, ~20,000 wakeups a second taking a quarter of the application's
+      // CPU (12-20 Gb/s; 28-35 with this, docs/PERFORMANCE.md). Posting
+      // alone still sends no worker to sleep: that takes busy polls
+      // (kBusyPolls), and a watching worker looks after a thread that posts
+      // and then spins (Watch).
+      Turn turn;
+      DriveLocked(w, &turn);
+      if (turn.timer_ns != 0) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
       return;
     }
   }
   Wake(w);
+}
+
+void Device::CompletionsPolled() {
+  if (!app_progress_) return;
+  if (kick_deferred_.load(std::memory_order_relaxed)) {
+    TryDrive();  // counts the poll
+  } else {
+    // Not a locked add on every poll of a fast receiver: an increment lost
+    // to another polling thread only undercounts a count that needs 20.
+    app_polls_.store(app_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
 }
 
 bool Device::TryTakeDrive(Worker& w) {
