@@ -169,6 +169,7 @@ absl::Status Device::Setup(const Config& cfg) {
   const bool loopback = cfg.link.empty();
   po.devargs = loopback ? absl::StrCat("net_ring_droce", cfg.index) : cfg.link;
   po.queues = static_cast<uint16_t>(cfg.workers);
+  po.max_path_mtu = 128u << cfg.mtu;  // enum ibv_mtu: 1 is 256 bytes
   if (absl::Status s = dpdk_.Open(po); !s.ok()) return s;
   port_.name = absl::StrCat("droce", cfg.index);
   link_loops_back_ = loopback;

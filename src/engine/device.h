@@ -596,6 +596,7 @@ class Device final : public Session {
   uint64_t last_link_poll_ns_ = 0;
   uint64_t last_reconnect_ns_ = 0;  // the last try of a memif client (dpdk_.reconnects())
   bool link_up_since_try_ = false;  // the link came up after that try
+  bool link_raw_up_ = false;        // at the last poll (PrefaultSharedMemory on the way up)
   std::vector<EventSink*> device_sinks_;
 
   // links & addressing (io/arp/icmp/nd)

@@ -67,7 +67,8 @@ void Device::WaitForLink() {
     usleep(5000);
   }
   const bool up = dpdk_.PollLink() == io::DpdkPort::LinkState::kUp;
-  link_seen_up_ = link_up_since_try_ = up;
+  if (up) dpdk_.PrefaultSharedMemory();
+  link_seen_up_ = link_up_since_try_ = link_raw_up_ = up;
   port_active_.store(up, std::memory_order_relaxed);
   if (!up) Log(LogLevel::kWarning, "%s: memif server not reachable yet; the port is DOWN until it is", port_.name.c_str());
 }
@@ -84,6 +85,8 @@ void Device::PollLinkState(Worker& w) {
     return;
   }
   const bool up = s == LinkState::kUp;
+  if (up && !link_raw_up_) dpdk_.PrefaultSharedMemory();  // a new connection's memory
+  link_raw_up_ = up;
   if (up) link_seen_up_ = link_up_since_try_ = true;
   if (!up && ReconnectDue(now)) {
     // Stopping and starting the port needs every worker away from its queues.

@@ -6,11 +6,13 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -282,22 +284,28 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
     // af_packet makes one socket per queue pair, and only as many as asked.
     vdev_params += absl::StrCat(vdev_params.empty() ? "" : ",", "qpairs=", opts.queues);
   }
+  // The memif client lays out the shared memory, and with the PMD's
+  // 2048-byte buffers a frame of a 4096-byte path MTU took three
+  // descriptors, each side copying it in three pieces: 64 KiB RDMA WRITE at
+  // MTU 4096 went from 27-36 to 35-42 Gb/s with one buffer per frame
+  // (docs/PERFORMANCE.md). Only where frames need it: larger buffers spread
+  // the ring over more pages (a little more latency at the tail). The
+  // server copies into whatever buffers the client's descriptors give it.
+  constexpr uint32_t kMemifDefaultBuffer = 2048, kFrameOverhead = 256;  // Ethernet, VLAN, IPv6, UDP, BTH, RETH, ImmDt, ICRC
+  const uint32_t memif_buffer =
+      std::min<uint32_t>(opts.mbuf_data_room, opts.max_path_mtu != 0 ? opts.max_path_mtu + kFrameOverhead
+                                                                      : opts.mbuf_data_room);
   if (name.rfind("net_memif", 0) == 0 && devarg_value(params, "role") == "client" &&
-      devarg_value(params, "bsize").empty()) {
-    // The client lays out the shared memory, and with the PMD's 2048-byte
-    // buffers a frame of a 4096-byte path MTU took three descriptors, each
-    // side copying it in three pieces: 64 KiB RDMA WRITE at MTU 4096 went
-    // from 28-35 to 42-44 Gb/s with one buffer per frame; 64 B SEND and
-    // MTU 1024 are unchanged (docs/PERFORMANCE.md). The server copies into
-    // the descriptors the client gives it, whatever its own bsize.
-    vdev_params += absl::StrCat(vdev_params.empty() ? "" : ",", "bsize=", opts.mbuf_data_room);
+      devarg_value(params, "bsize").empty() && memif_buffer > kMemifDefaultBuffer) {
+    vdev_params += absl::StrCat(vdev_params.empty() ? "" : ",", "bsize=", memif_buffer);
   }
   if (name.rfind("net_", 0) == 0 || name.rfind("eth_", 0) == 0) {
     if (int rc = rte_vdev_init(name.c_str(), vdev_params.c_str()); rc != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("link '", devargs, "': cannot create the DPDK device (unknown driver or bad arguments)"));
     }
-    virtual_mac_ = name.rfind("net_memif", 0) == 0 || name.rfind("net_ring", 0) == 0;
+    memif_ = name.rfind("net_memif", 0) == 0;
+    virtual_mac_ = memif_ || name.rfind("net_ring", 0) == 0;
     reconnects_ = name.rfind("net_memif", 0) == 0 && devarg_value(params, "role") == "client";
     iface_ = devarg_value(params, "iface");
   }
@@ -417,6 +425,23 @@ DpdkPort::LinkState DpdkPort::PollLink() {
   rte_eth_link link{};
   if (rte_eth_link_get_nowait(port_id_, &link) != 0) return LinkState::kUnknown;
   return link.link_status == RTE_ETH_LINK_UP ? LinkState::kUp : LinkState::kDown;
+}
+
+void DpdkPort::PrefaultSharedMemory() {
+  if (!memif_) return;
+  // The PMD's regions are memfds named memif_region_N; it exposes no
+  // addresses, so they are found among this process's mappings.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("/memfd:memif_region_") == std::string::npos) continue;
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || hi <= lo) continue;
+    // Write access populated (the pages are shared: nothing is written).
+    // Older kernels (before 5.14) do not know the advice; the first pass
+    // then faults as before.
+    (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+  }
 }
 
 bool DpdkPort::Reconnect() {

@@ -58,6 +58,9 @@ int SweepStaleEalRuntimeDirs();
 struct PortOptions {
   std::string devargs;     // e.g. "net_memif0,role=server,socket=/tmp/x.sock"
   uint16_t mbuf_data_room = 4096 + 256;  // fits a 4096-byte path MTU frame
+  // The largest path MTU the device will use (DROCE_MTU), in bytes; 0: as
+  // large as an mbuf holds. Sizes a memif client's buffers.
+  uint32_t max_path_mtu = 0;
   uint32_t nb_mbufs = 8191;
   uint16_t rx_desc = 1024, tx_desc = 1024;
   // rx/tx queue pairs, one per worker (af_packet gets qpairs=N unless the
@@ -88,6 +91,13 @@ class DpdkPort {
   bool reconnects() const { return reconnects_; }
   bool started() const { return started_; }
   bool Reconnect();
+  // A memif link's shared memory (rings and packet buffers, 4-9 MB) is
+  // mapped by the PMD without its pages: each is faulted in by the first
+  // frame through its slot, on each side, which put a page fault on every
+  // frame of the first pass through the ring (a short ib_write_lat is all
+  // first pass). Called once the link is up: populates this process's
+  // mappings of every memif region. No-op for other ports.
+  void PrefaultSharedMemory();
 
   uint16_t port_id() const { return port_id_; }
   rte_mempool* pool() const { return pool_; }
@@ -112,6 +122,7 @@ class DpdkPort {
   uint32_t link_mtu_ = 1500;
   uint16_t data_room_ = 0;
   bool virtual_mac_ = false;
+  bool memif_ = false;
   bool open_ = false;
   bool reconnects_ = false;
   bool started_ = false;
