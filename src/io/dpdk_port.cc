@@ -291,7 +291,8 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
   // (docs/PERFORMANCE.md). Only where frames need it: larger buffers spread
   // the ring over more pages (a little more latency at the tail). The
   // server copies into whatever buffers the client's descriptors give it.
-  constexpr uint32_t kMemifDefaultBuffer = 2048, kFrameOverhead = 256;  // Ethernet, VLAN, IPv6, UDP, BTH, RETH, ImmDt, ICRC
+  constexpr uint32_t kMemifDefaultBuffer = 2048;
+  constexpr uint32_t kFrameOverhead = 256;  // Ethernet, VLAN, IPv6, UDP, BTH, RETH, ImmDt, ICRC, and to spare
   const uint32_t memif_buffer =
       std::min<uint32_t>(opts.mbuf_data_room, opts.max_path_mtu != 0 ? opts.max_path_mtu + kFrameOverhead
                                                                       : opts.mbuf_data_room);
