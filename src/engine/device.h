@@ -553,7 +553,11 @@ class Device final : public Session {
   std::mutex ctl_mu_;
   std::atomic<uint32_t> ctl_pending_{0};
 
+  // An application thread's last turn from ibv_poll_cq (Kick defers posts
+  // for that thread's next poll after one), and from ibv_post_* (only the
+  // worker's loop counts it as the application driving).
   std::atomic<uint64_t> last_app_drive_ns_{0};
+  std::atomic<uint64_t> last_post_drive_ns_{0};
   std::atomic<bool> kick_deferred_{false};  // Kick left posts for the next poll's turn
   std::atomic<uint64_t> app_polls_{0};  // ibv_poll_cq calls, empty or not (kBusyPolls)
   // DROCE_WATCH_US in ns (0: off, or real-time priority was refused), and the

@@ -241,7 +241,9 @@ void Device::Loop(Worker& w) {
       interval_ns = now;
       interval_polls = polls;
     }
-    if (apps_busy && now - last_app_drive_ns_.load(std::memory_order_relaxed) < kAppDriveWindowNs) {
+    const uint64_t app_drove = std::max(last_app_drive_ns_.load(std::memory_order_relaxed),
+                                        last_post_drive_ns_.load(std::memory_order_relaxed));
+    if (apps_busy && now - app_drove < kAppDriveWindowNs) {
       // An application thread is busy polling: it drives; the worker watches
       // for the moment it stops without notice, or naps.
       if (watch_ns_.load(std::memory_order_relaxed) != 0) Watch(w, ws);
@@ -338,18 +340,21 @@ void Device::Kick(const QpHandle& qp) {
       return;
     }
     if (TryTakeDrive(w)) {
-      // The application drives, as from ibv_poll_cq. Without this a thread
-      // whose polls always find completions (ib_write_bw at MTU 4096, a
-      // completion per 64 KiB message) drove only from here, unseen: the
-      // worker drove too and napped 20 us whenever the application held the
-      // lock, ~20,000 wakeups a second taking a quarter of the application's
-      // CPU (12-20 Gb/s; 28-35 with this, docs/PERFORMANCE.md). Posting
-      // alone still sends no worker to sleep: that takes busy polls
-      // (kBusyPolls), and a watching worker looks after a thread that posts
-      // and then spins (Watch).
+      // The application drives, as from ibv_poll_cq, as far as the worker's
+      // loop is concerned. Without this a thread whose polls always find
+      // completions (ib_write_bw at MTU 4096, a completion per 64 KiB
+      // message) drove only from here, unseen: the worker drove too and
+      // napped 20 us whenever the application held the lock, ~20,000
+      // wakeups a second taking a quarter of the application's CPU (12-20
+      // Gb/s; 28-35 with this, docs/PERFORMANCE.md). Posting alone still
+      // sends no worker to sleep: that takes busy polls (kBusyPolls), and a
+      // watching worker looks after a thread that posts and then spins
+      // (Watch). Not last_app_drive_ns_: the next posts would be deferred to
+      // a poll that a thread that only posts never makes (mckey's sender
+      // posts ten unsignaled UD SENDs and destroys its QP: two went out).
       Turn turn;
       DriveLocked(w, &turn);
-      if (turn.timer_ns != 0) last_app_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
+      if (turn.timer_ns != 0) last_post_drive_ns_.store(turn.timer_ns, std::memory_order_relaxed);
       return;
     }
   }
@@ -364,6 +369,13 @@ void Device::CompletionsPolled() {
     // Not a locked add on every poll of a fast receiver: an increment lost
     // to another polling thread only undercounts a count that needs 20.
     app_polls_.store(app_polls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    // A thread that drove from its posts polls too: its next posts can wait
+    // for its next poll (Kick), as after a turn run from a poll. (64 KiB
+    // WRITE at MTU 4096: 30-32 Gb/s without this, 34-37 with it.)
+    const uint64_t posted = last_post_drive_ns_.load(std::memory_order_relaxed);
+    if (posted > last_app_drive_ns_.load(std::memory_order_relaxed)) {
+      last_app_drive_ns_.store(posted, std::memory_order_relaxed);
+    }
   }
 }
 
@@ -377,6 +389,7 @@ bool Device::TryTakeDrive(Worker& w) {
 void Device::Handoff() {
   if (!app_progress_) return;
   last_app_drive_ns_.store(0, std::memory_order_relaxed);
+  last_post_drive_ns_.store(0, std::memory_order_relaxed);
   for (auto& w : workers_) WakeNow(*w);
 }
 

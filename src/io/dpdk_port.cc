@@ -20,6 +20,7 @@
 #include <regex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <rte_bus_vdev.h>
@@ -35,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/background.h"
 
 namespace droce::io {
 namespace {
@@ -430,19 +432,27 @@ DpdkPort::LinkState DpdkPort::PollLink() {
 
 void DpdkPort::PrefaultSharedMemory() {
   if (!memif_) return;
-  // The PMD's regions are memfds named memif_region_N; it exposes no
-  // addresses, so they are found among this process's mappings.
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("/memfd:memif_region_") == std::string::npos) continue;
-    uintptr_t lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || hi <= lo) continue;
-    // Write access populated (the pages are shared: nothing is written).
-    // Older kernels (before 5.14) do not know the advice; the first pass
-    // then faults as before.
-    (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
-  }
+  // On a thread of its own, at SCHED_IDLE: populating 4-9 MB takes 1-5 ms
+  // here, a stall the worker's turn should not take just when the link
+  // comes up and the first exchanges (ARP, CM) are due.
+  std::thread([] {
+    pthread_setname_np(pthread_self(), "droce-prefault");
+    MakeThreadBackground();
+    // The PMD's regions are memfds named memif_region_N; it exposes no
+    // addresses, so they are found among this process's mappings. One the
+    // PMD unmaps meanwhile (the link went down again) fails with ENOMEM.
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+      if (line.find("/memfd:memif_region_") == std::string::npos) continue;
+      uintptr_t lo = 0, hi = 0;
+      if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || hi <= lo) continue;
+      // Write access populated (the pages are shared: nothing is written).
+      // Older kernels (before 5.14) do not know the advice; the first pass
+      // then faults as before.
+      (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+    }
+  }).detach();
 }
 
 bool DpdkPort::Reconnect() {

@@ -96,7 +96,8 @@ class DpdkPort {
   // frame through its slot, on each side, which put a page fault on every
   // frame of the first pass through the ring (a short ib_write_lat is all
   // first pass). Called once the link is up: populates this process's
-  // mappings of every memif region. No-op for other ports.
+  // mappings of every memif region, on a background thread (returns at
+  // once). No-op for other ports.
   void PrefaultSharedMemory();
 
   uint16_t port_id() const { return port_id_; }
