@@ -735,10 +735,6 @@ absl::StatusOr<transport::QpAttr> Device::QueryQp(uint32_t qpn) {
 }
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
-  // Posts Kick left for the next poll's turn go out first: a thread that
-  // posts and then destroys its QP without polling (UD SENDs, unsignaled)
-  // would otherwise lose them to the destruction.
-  if (app_progress_ && kick_deferred_.load(std::memory_order_relaxed)) TryDrive(/*polling=*/false);
   absl::Status s;
   RunOnWorker([&] {
     auto it = qps_.find(qpn);
@@ -751,6 +747,7 @@ absl::Status Device::DestroyQp(uint32_t qpn) {
       return;
     }
     QpEntry* e = it->second.get();
+    SendBeforeDestroy(e);
     if (e->active) std::erase(e->owner->active, e);
     if (e->timer_at != 0) --e->owner->armed;  // its timer entry is dropped when it comes up
     --e->owner->qps;

@@ -484,6 +484,9 @@ class Device final : public Session {
   void LoopBackSelf(Worker& w);
   bool IsOwnAddress(const uint8_t* frame, uint32_t len) const;
   void FlushTx(Worker& w);
+  // DestroyQp, every drive lock held: sends what was posted on e's send
+  // queue and not yet seen by a turn.
+  void SendBeforeDestroy(QpEntry* e);
   // Puts a QP on its owner's active list (its owner's driver, or the control
   // path).
   void Activate(QpEntry* e);

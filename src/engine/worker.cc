@@ -975,6 +975,23 @@ bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->Invalidate
 const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
 bool Worker::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) { return dev->FindXrcSrq(srqn, out); }
 
+void Device::SendBeforeDestroy(QpEntry* e) {
+  // Posts whose doorbell no turn has seen yet (rung just before, or left
+  // by Kick for the thread's next poll) go out before the QP goes: a
+  // program that posts and then destroys its QP without polling
+  // (unsignaled UD SENDs; mckey's sender) would otherwise lose them. With
+  // every drive lock held (RunOnWorker), as a turn would. Only from RTS: a
+  // QP in another state would complete them in error, and a destroyed QP's
+  // WQEs get no completions.
+  if (e->qp->state() != transport::QpState::kRts) return;
+  Worker& w = *e->owner;
+  HandleDoorbells(w);
+  for (int i = 0; i < 64 && e->qp->PollSend(kSendBudget); ++i) {
+  }
+  DeliverEvents(e);
+  if (!w.tx.empty()) FlushTx(w);
+}
+
 void Device::FlushTx(Worker& w) {
   if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
   // The lab's fault stage, transmit side (fault_stage.h): the frames queued
