@@ -32,4 +32,15 @@ inline ibv_qp* CreateUdQp(ibv_pd* pd, ibv_cq* scq, ibv_cq* rcq, uint32_t qkey) {
   return q;
 }
 
+// An address handle to the device's own GID 0 on port 1 (a UD SEND to a
+// QP of the same device); nullptr if it cannot be created.
+inline ibv_ah* CreateSelfAh(ibv_context* ctx, ibv_pd* pd) {
+  ibv_ah_attr a{};
+  a.is_global = 1;
+  a.port_num = 1;
+  a.grh.hop_limit = 1;
+  if (ibv_query_gid(ctx, 1, 0, &a.grh.dgid) != 0) return nullptr;
+  return ibv_create_ah(pd, &a);
+}
+
 }  // namespace droce::test

@@ -429,12 +429,7 @@ TEST_F(Loopback, UdSendWithGrhAndAddressHandles) {
   ASSERT_NE(y, nullptr);
   qps_.push_back(x);
   qps_.push_back(y);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.port_num = 1;
-  ah_attr.grh.hop_limit = 1;
-  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &ah_attr.grh.dgid), 0);
-  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ibv_ah* ah = CreateSelfAh(ctx_, pd_);
   ASSERT_NE(ah, nullptr);
   std::memcpy(buf_.data(), "ud payload", 10);
   ASSERT_EQ(PostRecv(y, 9, 8192, 40 + 64), 0);
@@ -879,12 +874,7 @@ TEST_F(Loopback, DeferredPostsGoOutBeforeTheQpIsDestroyed) {
   ASSERT_NE(x, nullptr);
   ASSERT_NE(y, nullptr);
   qps_.push_back(y);
-  ibv_ah_attr ah_attr{};
-  ah_attr.is_global = 1;
-  ah_attr.port_num = 1;
-  ah_attr.grh.hop_limit = 1;
-  ASSERT_EQ(ibv_query_gid(ctx_, 1, 0, &ah_attr.grh.dgid), 0);
-  ibv_ah* ah = ibv_create_ah(pd_, &ah_attr);
+  ibv_ah* ah = CreateSelfAh(ctx_, pd_);
   ASSERT_NE(ah, nullptr);
   constexpr int kSends = 8;
   for (int i = 0; i < kSends; ++i) ASSERT_EQ(PostRecv(y, i, 8192 + 256 * i, 40 + 64), 0);
