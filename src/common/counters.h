@@ -84,7 +84,9 @@ inline uint64_t Peek(const uint64_t& c) {
   X(sr_sack_sent, "selective repeat: SACKs sent for requests received out of order and held") \
   X(sr_sack_rcvd, "selective repeat: SACKs received by a requester") \
   X(sr_held_pkts, "selective repeat: requests received out of order and held until the missing ones arrived") \
-  X(sr_timeouts, "selective repeat: retransmission timeouts (the oldest unacknowledged packet resent; not a transport retry)")
+  X(sr_timeouts, "selective repeat: retransmission timeouts (the oldest unacknowledged packet resent; not a transport retry)") \
+  X(roce_adp_retrans, "ConnectX: adaptive retransmissions (DROCE_ADP_RETRANS): go-back-N resends from the oldest unacknowledged packet when the round-trip timer expired before the QP's local ACK timeout (no retry spent)") \
+  X(roce_adp_retrans_to, "ConnectX: local ACK timeouts reached by a QP with adaptive retransmission on: its adaptive resends brought no acknowledgement (each also in completer_retry_err)")
 
 struct Counters {
 #define DROCE_COUNTER_FIELD(name, desc) uint64_t name = 0;
@@ -169,7 +171,9 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(sr_sack_sent)            \
   X(sr_sack_rcvd)            \
   X(sr_held_pkts)            \
-  X(sr_timeouts)
+  X(sr_timeouts)             \
+  X(roce_adp_retrans)        \
+  X(roce_adp_retrans_to)
 
 enum class QpCounter : uint8_t {
 #define DROCE_QP_COUNTER_ENUM(name) name,

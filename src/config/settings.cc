@@ -98,6 +98,7 @@ absl::Status ParseDeviceEntry(Setting s, const std::string& e, const CpuSet& cpu
 }
 
 absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr);
+absl::Status ParseAdpRetrans(const std::string& v, transport::AdaptiveRetrans* adp);
 
 // A per-device list has at most one entry per device, so that a value meant
 // for a device that does not exist is not dropped silently.
@@ -107,7 +108,7 @@ absl::Status CheckEntryCount(const std::string& v, size_t entries, size_t n) {
                               n == 1 ? "is 1 device" : absl::StrCat("are ", n, " devices"), " (one per link)"));
 }
 
-// One device's DROCE_CC, DROCE_DCQCN or DROCE_SR.
+// One device's DROCE_CC, DROCE_DCQCN, DROCE_SR or DROCE_ADP_RETRANS.
 absl::Status ParseQpDefault(Setting s, const std::string& e, DeviceSettings* d) {
   switch (s) {
     case Setting::kCc:
@@ -121,12 +122,14 @@ absl::Status ParseQpDefault(Setting s, const std::string& e, DeviceSettings* d) 
       return absl::OkStatus();
     case Setting::kDcqcn: return cc::ParseDcqcnParams(e, &d->dcqcn);
     case Setting::kSr: return ParseSr(e, &d->sr);
+    case Setting::kAdpRetrans: return ParseAdpRetrans(e, &d->adp);
     default: return absl::InternalError("not a QP default");
   }
 }
 
-// DROCE_CC, DROCE_DCQCN, DROCE_SR: one value for every device, or a ';'
-// list with at most one entry per device (an empty entry keeps the default).
+// DROCE_CC, DROCE_DCQCN, DROCE_SR, DROCE_ADP_RETRANS: one value for every
+// device, or a ';' list with at most one entry per device (an empty entry
+// keeps the default).
 absl::Status ParseEveryOrEachDevice(Setting s, const std::string& v, Settings* out) {
   if (v.find(';') == std::string::npos) {
     for (DeviceSettings& d : out->devices) {
@@ -209,6 +212,35 @@ absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
   return absl::OkStatus();
 }
 
+// DROCE_ADP_RETRANS: "off", or "on[,min=TIME][,init=TIME]" (TIME as the
+// fault rules write it, 10us to 1s).
+absl::Status ParseAdpRetrans(const std::string& v, transport::AdaptiveRetrans* adp) {
+  std::vector<std::string> parts = absl::StrSplit(v, ',');
+  transport::AdaptiveRetrans out;
+  if (parts[0] == "off") {
+    if (parts.size() != 1) return Invalid("'off' takes no options");
+    *adp = out;
+    return absl::OkStatus();
+  }
+  if (parts[0] != "on") return Invalid(absl::StrCat("'", parts[0], "' is not on or off"));
+  out.on = true;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& p = parts[i];
+    const size_t eq = p.find('=');
+    const std::string key = p.substr(0, eq);
+    uint64_t ns = 0;
+    if ((key != "min" && key != "init") || eq == std::string::npos) {
+      return Invalid(absl::StrCat("'", p, "': the options are min=TIME and init=TIME"));
+    }
+    if (!lab::ParseTime(p.substr(eq + 1), &ns) || ns < 10'000 || ns > 1'000'000'000) {
+      return Invalid(absl::StrCat("'", p, "': a time from 10us to 1s (e.g. ", key, "=500us)"));
+    }
+    (key == "min" ? out.min_us : out.init_us) = static_cast<uint32_t>(ns / 1000);
+  }
+  *adp = out;
+  return absl::OkStatus();
+}
+
 // DROCE_RATE: "RATE[,burst=BYTES]"; RATE in bit/s as tc writes it (at
 // least 1kbit, at most 100gbit: ibv_query_device_ex's pacing caps), BYTES
 // a count with tc's k/m (1024, 1048576).
@@ -288,7 +320,8 @@ absl::Status ParseOne(Setting s, const std::string& v, const CpuSet& cpus, Setti
     case Setting::kRate: return ParseRate(v, &g.rate_kbps, &g.rate_burst);
     case Setting::kCc:
     case Setting::kDcqcn:
-    case Setting::kSr: return ParseEveryOrEachDevice(s, v, out);
+    case Setting::kSr:
+    case Setting::kAdpRetrans: return ParseEveryOrEachDevice(s, v, out);
   }
   return absl::InternalError("unknown setting");
 }

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cc/dcqcn.h"
+#include "transport/adaptive_retrans.h"
 #include "transport/selective_repeat.h"
 #include "common/log.h"
 #include "lab/capture.h"
@@ -121,6 +122,10 @@ struct DeviceSettings {
   // "on[,window=PKTS][,rto=TIME]". Used with a peer that has it on too;
   // with any other, plain go-back-N.
   transport::SelectiveRepeat sr;
+  // DROCE_ADP_RETRANS: adaptive retransmission for RC/XRC QPs (transport/
+  // adaptive_retrans.h; docs/LAB.md): "off" (the default) or
+  // "on[,min=TIME][,init=TIME]".
+  transport::AdaptiveRetrans adp;
 };
 
 struct Settings {
@@ -154,8 +159,9 @@ enum class Setting : uint8_t {
   kCc,
   kDcqcn,
   kSr,
+  kAdpRetrans,
 };
-inline constexpr size_t kNumSettings = 25;
+inline constexpr size_t kNumSettings = 26;
 
 struct SettingInfo {
   Setting setting;
@@ -192,6 +198,7 @@ inline constexpr std::array<SettingInfo, kNumSettings> kSettings = {{
     {Setting::kCc, "DROCE_CC", "cc", false},
     {Setting::kDcqcn, "DROCE_DCQCN", "dcqcn", false},
     {Setting::kSr, "DROCE_SR", "sr", false},
+    {Setting::kAdpRetrans, "DROCE_ADP_RETRANS", "adp-retrans", false},
 }};
 
 // kSettings is indexed by Setting.
@@ -204,9 +211,11 @@ constexpr bool SettingsInEnumOrder() {
 static_assert(SettingsInEnumOrder());
 
 constexpr const SettingInfo& Info(Setting s) { return kSettings[static_cast<size_t>(s)]; }
-// DROCE_CC, DROCE_DCQCN, DROCE_SR: one value for every device, or a ';' list
-// with one entry per device.
-constexpr bool EveryOrEachDevice(Setting s) { return s == Setting::kCc || s == Setting::kDcqcn || s == Setting::kSr; }
+// DROCE_CC, DROCE_DCQCN, DROCE_SR, DROCE_ADP_RETRANS: one value for every
+// device, or a ';' list with one entry per device.
+constexpr bool EveryOrEachDevice(Setting s) {
+  return s == Setting::kCc || s == Setting::kDcqcn || s == Setting::kSr || s == Setting::kAdpRetrans;
+}
 
 // The text of each setting, indexed by Setting; empty = unset (the default
 // applies), as for an empty environment variable.

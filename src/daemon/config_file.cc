@@ -70,6 +70,7 @@ constexpr SettingKey kEngineKeys[] = {
     {"cc", Setting::kCc, Kind::kString},
     {"dcqcn", Setting::kDcqcn, Kind::kString},
     {"sr", Setting::kSr, Kind::kString},
+    {"adp_retrans", Setting::kAdpRetrans, Kind::kString},
 };
 
 constexpr SettingKey kDeviceKeys[] = {

@@ -181,6 +181,7 @@ absl::Status Device::Setup(const Config& cfg) {
   cc_mode_ = cfg.cc;
   dcqcn_ = cfg.dcqcn;
   sr_ = cfg.sr;
+  adp_ = cfg.adp;
   SetupWatch(cfg);
   port_.ip = cfg.ip;
   port_.prefix_len = cfg.prefix_len;
@@ -683,6 +684,7 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.cc = cc_mode_;
     init.dcqcn = dcqcn_;
     init.sr = sr_;
+    init.adp = adp_;
     entry->qp = std::make_unique<transport::Qp>(init, owner);
     if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
     entry->owner = owner;

@@ -575,6 +575,7 @@ class Device final : public Session {
   uint32_t rate_kbps_ = 0, rate_burst_ = 0;  // DROCE_RATE: every QP's pacing from its creation
   cc::CcMode cc_mode_ = cc::CcMode::kDcqcn;   // DROCE_CC, DROCE_DCQCN: every new QP's congestion control
   transport::SelectiveRepeat sr_;             // DROCE_SR: every new RC/XRC QP's loss recovery
+  transport::AdaptiveRetrans adp_;            // DROCE_ADP_RETRANS: every new RC/XRC QP's early timeout
   std::atomic<bool> has_fault_rules_{false};  // HasFaultRules
   cc::DcqcnParams dcqcn_;
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);

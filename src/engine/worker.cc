@@ -666,7 +666,7 @@ void Device::ArmTimer(QpEntry* e) {
     }
     return;
   }
-  if (e->timer_at != 0 && !e->qp->rnr_waiting()) return;
+  if (e->timer_at != 0 && !e->qp->timer_may_move_earlier()) return;
   const uint64_t due = std::max<uint64_t>(e->qp->TimerDue(), 1);
   if (due == transport::Qp::kNoTimer || (e->timer_at != 0 && e->timer_at <= due)) return;
   if (e->timer_at == 0) ++w.armed;

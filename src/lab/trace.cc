@@ -33,6 +33,7 @@ const char* KindName(TraceKind k) {
     case TraceKind::kRetransmit: return "retransmit";
     case TraceKind::kTimeout: return "timeout";
     case TraceKind::kState: return "state";
+    case TraceKind::kAdpTimeout: return "adp_timeout";
   }
   return "?";
 }
@@ -67,6 +68,7 @@ Detail DetailOf(const TraceEvent& e) {
     case TraceKind::kNak: d = {"nak", wire::nak_code_name(e.arg), false}; break;
     case TraceKind::kRnr: d = {"rnr_timer", absl::StrCat(e.arg), true}; break;
     case TraceKind::kTimeout: d = {"retries_left", absl::StrCat(e.arg), true}; break;
+    case TraceKind::kAdpTimeout: d = {"adp_resend", absl::StrCat(e.arg), true}; break;
     case TraceKind::kState:
       d = {"state", transport::qp_state_name(static_cast<transport::QpState>(e.arg)), false};
       break;

@@ -143,6 +143,10 @@ void Qp::AckUpTo(uint32_t next) {
 // selective repeat the SACK marks of those PSNs are done with (a slot must
 // never claim a PSN 2^24 later) and the retransmission timer restarts.
 void Qp::AdvanceUnacked(uint32_t next, uint64_t now) {
+  if (adp_timing_ && wire::psn_lt(adp_timed_psn_, next)) [[unlikely]] {
+    adp_timing_ = false;
+    if (now >= adp_timed_ns_) rtt_.Sample(now - adp_timed_ns_);
+  }
   if (!sr_sacked_.empty()) {
     for (uint32_t p = unacked_psn_; p != next; p = wire::psn_add(p, 1)) {
       uint32_t& slot = sr_sacked_[p & (sr_.window - 1)];
@@ -324,6 +328,7 @@ void Qp::ReadLost(uint32_t first_missing) {
 // Rewinds the requester so that the next packet sent has PSN `psn`.
 void Qp::GoBackTo(uint32_t psn) {
   Trace(TraceKind::kRetransmit, 0, psn);
+  adp_timing_ = false;  // Karn: the timed packet may go again
   if (!sr_sacked_.empty()) SrForgetSacks();
   // WQEs sq_comp_ .. sq_send_ - 1 are fully sent; sq_send_ is partly sent
   // when send_pkt_ != 0.
@@ -527,6 +532,55 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
   }
 }
 
+// Adaptive retransmission (transport/adaptive_retrans.h). The schedule
+// restarts whenever the QP makes progress (any acknowledgement, the end of
+// an RNR wait, the first packet after an idle spell: a new
+// last_progress_ns_): the first resend comes one RTO after it, each further
+// one twice as long after the one before, until that wait would reach the
+// QP's local ACK timeout; from there on only that timeout acts (with
+// timeout 0, "wait forever", the waits stop growing at 67 ms, timeout 14's).
+uint64_t Qp::AdpInterval() const {
+  const unsigned k = last_progress_ns_ != adp_progress_seen_ ? 0 : adp_fired_;
+  const uint64_t rto = rtt_.Rto(uint64_t{adp_.min_us} * 1000, uint64_t{adp_.init_us} * 1000);
+  const uint64_t limit = attr_.timeout != 0 ? uint64_t{4096} << attr_.timeout : uint64_t{4096} << 14;
+  const uint64_t wait = k >= 40 ? limit : rto << k;
+  if (wait < limit) return wait;
+  return attr_.timeout != 0 ? kNoTimer : limit;
+}
+
+uint64_t Qp::AdpDue() const {
+  const uint64_t wait = AdpInterval();
+  if (wait == kNoTimer) return kNoTimer;
+  return (last_progress_ns_ != adp_progress_seen_ ? last_progress_ns_ : adp_from_ns_) + wait;
+}
+
+// The adaptive timer expired: go back N as the local ACK timeout would, but
+// spend no retry and leave that timeout running from the last progress.
+void Qp::AdpTimeout(uint64_t now) {
+  if (last_progress_ns_ != adp_progress_seen_) {
+    adp_progress_seen_ = last_progress_ns_;
+    adp_fired_ = 0;
+  }
+  if (adp_fired_ < 255) ++adp_fired_;
+  adp_from_ns_ = now;
+  Count(QpCounter::roce_adp_retrans);
+  Trace(TraceKind::kAdpTimeout, 0, unacked_psn_, adp_fired_);
+  RewindForTimeout();
+}
+
+void Qp::RewindForTimeout() {
+  last_read_goback_psn_ = 0xFFFFFFFF;
+  // Resend from the oldest packet not acknowledged (for a READ: from its
+  // first missing response).
+  uint32_t from = unacked_psn_;
+  if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
+    const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
+    if (head.wqe.op == queue::WqeOp::kRead) from = wire::psn_add(head.first_psn, head.resp_pkts);
+    else if (wire::psn_lt(from, head.first_psn)) from = head.first_psn;
+  }
+  GoBackTo(from);
+}
+
 void Qp::OnTimer(uint64_t now) {
   if ((attr_.state != QpState::kRts && attr_.state != QpState::kSqd) || !reliable()) return;
   if (rnr_wait_) {
@@ -538,10 +592,13 @@ void Qp::OnTimer(uint64_t now) {
   }
   if (unacked_psn_ == next_psn_) return;
   if (SrActive() && now - sr_timer_ns_ >= uint64_t{sr_.rto_us} * 1000) SrTimeout(now);
-  if (attr_.timeout == 0) return;  // 0: wait forever
-  const uint64_t timeout_ns = 4096ull << attr_.timeout;  // 4.096 µs × 2^timeout
-  if (now - last_progress_ns_ < timeout_ns) return;
+  const bool iba_due = attr_.timeout != 0 && now - last_progress_ns_ >= (4096ull << attr_.timeout);  // 4.096 µs × 2^timeout
+  if (!iba_due) {
+    if (AdpActive() && now >= AdpDue()) AdpTimeout(now);
+    return;
+  }
   Count(QpCounter::completer_retry_err);
+  if (AdpActive()) Count(QpCounter::roce_adp_retrans_to);
   Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
   if (retries_left_ == 0) {
     Count(QpCounter::retry_exceeded_err);
@@ -549,17 +606,12 @@ void Qp::OnTimer(uint64_t now) {
     return;
   }
   --retries_left_;
-  last_read_goback_psn_ = 0xFFFFFFFF;
-  // Resend from the oldest packet not acknowledged (for a READ: from its
-  // first missing response).
-  uint32_t from = unacked_psn_;
-  if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
-    const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
-    if (head.wqe.op == queue::WqeOp::kRead) from = wire::psn_add(head.first_psn, head.resp_pkts);
-    else if (wire::psn_lt(from, head.first_psn)) from = head.first_psn;
-  }
-  GoBackTo(from);
+  RewindForTimeout();
   last_progress_ns_ = sr_timer_ns_ = now;
+  // The adaptive schedule is spent until the next acknowledgement: only
+  // this timeout acts from here on.
+  adp_progress_seen_ = adp_from_ns_ = now;
+  adp_fired_ = 255;
   // The peer may have moved (a new MAC after ARP expiry or a gratuitous
   // ARP): look the next hop up again before resending.
   mac_valid_ = false;

@@ -82,6 +82,7 @@ Qp::Qp(const QpInit& init, TransportEnv* env)
   dcqcn_ = init.dcqcn;
   line_mbps_ = init.line_mbps;
   DefaultPacing();
+  if (reliable()) adp_ = init.adp;
   if (reliable() && init.sr.on) {
     sr_ = init.sr;
     sr_sacked_.assign(sr_.window, kNoSack);
@@ -285,6 +286,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
   if (mask & kAttrSqPsn) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     next_psn_ = unacked_psn_ = high_psn_ = attr_.sq_psn;
+    adp_timing_ = false;
     if (!sr_sacked_.empty()) SrForgetSacks();
   }
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;
@@ -384,6 +386,9 @@ void Qp::ResetQueues() {
   attr_ = QpAttr{};  // state RESET, already published by Modify
   paced_until_ns_ = 0;
   sr_peer_ = sr_announced_ = false;
+  rtt_ = RttEstimator{};  // the next connection may be to another peer
+  adp_timing_ = false;
+  adp_fired_ = 0;
   if (!sr_sacked_.empty()) SrForgetSacks();
   SrDropHeld();
   sr_frames_.reset();  // sized by the path MTU, which the next RTR may change

@@ -20,6 +20,7 @@
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"
+#include "transport/adaptive_retrans.h"
 #include "transport/env.h"
 #include "transport/pacer.h"
 #include "transport/selective_repeat.h"
@@ -217,6 +218,7 @@ struct QpInit {
   cc::DcqcnParams dcqcn;
   uint32_t line_mbps = 25000;
   SelectiveRepeat sr;  // DROCE_SR
+  AdaptiveRetrans adp;  // DROCE_ADP_RETRANS
 };
 
 inline uint32_t mtu_bytes(uint8_t ibv_mtu) { return 128u << ibv_mtu; }
@@ -265,10 +267,12 @@ class Qp {
   // True while sent packets await acknowledgement (timers matter).
   bool HasOutstanding() const { return unacked_psn_ != next_psn_ || rnr_wait_; }
   // The earliest time (the env's clock) OnTimer may act: the RNR wait's end,
-  // the selective-repeat RTO or the local ACK timeout, whichever comes
-  // first; kNoTimer while nothing is timed (no ACK awaited, an unreliable
-  // QP, a state without timers, timeout 0 and no SR). It only moves later
-  // as ACKs come, except when an RNR wait begins (rnr_waiting()).
+  // the selective-repeat RTO, the adaptive retransmission timer or the local
+  // ACK timeout, whichever comes first; kNoTimer while nothing is timed (no
+  // ACK awaited, an unreliable QP, a state without timers, timeout 0 and
+  // neither SR nor adaptive retransmission). It only moves later as ACKs
+  // come, except when an RNR wait begins or adaptive retransmission is on
+  // (timer_may_move_earlier()).
   static constexpr uint64_t kNoTimer = ~uint64_t{0};
   uint64_t TimerDue() const {
     if (!HasOutstanding() || !reliable() || (attr_.state != QpState::kRts && attr_.state != QpState::kSqd)) {
@@ -278,9 +282,14 @@ class Qp {
     uint64_t due = kNoTimer;
     if (SrActive()) due = sr_timer_ns_ + uint64_t{sr_.rto_us} * 1000;
     if (attr_.timeout != 0) due = std::min<uint64_t>(due, last_progress_ns_ + (uint64_t{4096} << attr_.timeout));
+    if (AdpActive()) due = std::min(due, AdpDue());
     return due;
   }
   bool rnr_waiting() const { return rnr_wait_; }
+  // TimerDue may now be earlier than when it was last read.
+  bool timer_may_move_earlier() const { return rnr_wait_ || adp_.on; }
+  // Adaptive retransmission's round-trip estimate (on the worker).
+  const RttEstimator& rtt() const { return rtt_; }
   // PollSend stopped for the pacer: when the next request may leave (ns,
   // the env's clock); 0 when not held by it.
   uint64_t paced_until() const { return paced_until_ns_; }
@@ -396,6 +405,15 @@ class Qp {
   bool SrSendAgain(SendCtx& ctx, uint32_t pkt);
   void SrTimeout(uint64_t now);
   void SrForgetSacks();
+  // Adaptive retransmission (transport/adaptive_retrans.h; completer.cc):
+  // on for go-back-N (selective repeat has its own timeout).
+  bool AdpActive() const { return adp_.on && !SrActive(); }
+  uint64_t AdpInterval() const;  // the wait before the next adaptive resend; kNoTimer: none
+  uint64_t AdpDue() const;
+  void AdpTimeout(uint64_t now);
+  // A timeout's go-back-N: from the oldest unacknowledged packet (a READ:
+  // its first missing response).
+  void RewindForTimeout();
   // A READ's responses were lost (a gap, or an ACK beyond it): rewind to
   // its first missing response (go-back-N), or with selective repeat ask
   // for just the rest of that READ (SrResend, sr_resend_head_).
@@ -589,6 +607,17 @@ class Qp {
   uint32_t rd_atomic_inflight_ = 0;
   uint32_t last_read_goback_psn_ = 0xFFFFFFFF;
   uint64_t last_progress_ns_ = 0;
+  // Adaptive retransmission (AdaptiveRetrans above). The k-th adaptive
+  // resend since the QP last made progress comes rto << k after the one
+  // before; progress is seen as a new last_progress_ns_.
+  AdaptiveRetrans adp_;
+  RttEstimator rtt_;
+  bool adp_timing_ = false;        // a packet sent once is being timed
+  uint32_t adp_timed_psn_ = 0;
+  uint64_t adp_timed_ns_ = 0;
+  uint64_t adp_progress_seen_ = 0;  // last_progress_ns_ when the schedule last restarted
+  uint64_t adp_from_ns_ = 0;        // the schedule's last step (progress, an adaptive resend or a timeout)
+  uint8_t adp_fired_ = 0;           // adaptive resends since then
   bool rnr_wait_ = false;
   uint64_t rnr_resume_ns_ = 0;
   bool mac_valid_ = false;

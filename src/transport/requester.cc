@@ -290,7 +290,14 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   Transmit(f, frame_len, b);
   if (reliable()) {
     // A PSN below the highest ever sent goes again: a retransmission.
-    if (wire::psn_lt(b.psn, high_psn_)) Count(QpCounter::retransmitted_pkts);
+    if (wire::psn_lt(b.psn, high_psn_)) {
+      Count(QpCounter::retransmitted_pkts);
+    } else if (adp_.on && !adp_timing_) [[unlikely]] {
+      // Adaptive retransmission times one packet sent once per round trip.
+      adp_timing_ = true;
+      adp_timed_psn_ = b.psn;
+      adp_timed_ns_ = env_->TurnNs();
+    }
     const uint32_t end = wire::psn_add(b.psn, rd ? ctx.npkts - pkt : 1);
     if (wire::psn_lt(high_psn_, end)) high_psn_ = end;
   }
@@ -482,8 +489,10 @@ bool Qp::SendSome(unsigned budget) {
       if (wire::gid_is_multicast(ctx.dgid.data())) dmac_ = wire::multicast_mac(ctx.dgid.data());
       else if (!env_->ResolveMac(ctx.dgid, &dmac_)) return true;
     }
-    if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_) {
-      last_progress_ns_ = sr_timer_ns_ = env_->TurnNs();  // the timers start with the first packet
+    // The timers start with the first packet after an idle spell (not with
+    // a resend after a rewind: that is no progress).
+    if (send_pkt_ == 0 && next_psn_ == unacked_psn_ && sq_send_ == sq_comp_ && next_psn_ == high_psn_) {
+      last_progress_ns_ = sr_timer_ns_ = env_->TurnNs();
     }
     if (send_pkt_ == 0 && ctx.resp_pkts == 0) ctx.first_psn = next_psn_;
     if (pacer_.on() && !PaceReady()) [[unlikely]] return more;

@@ -38,6 +38,7 @@ enum class TraceKind : uint8_t {
   kRetransmit,  // the requester goes back to PSN (NAK, RNR or timeout)
   kTimeout,     // the ACK timer expired: PSN unacknowledged; arg: retries left
   kState,       // the QP's state changed: arg: the new state (QpState)
+  kAdpTimeout,  // the adaptive retransmission timer expired: PSN unacknowledged; arg: which resend since progress (1, 2...)
 };
 
 struct TraceEvent {

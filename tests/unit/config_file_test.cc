@@ -87,6 +87,7 @@ TEST(ConfigFile, EngineSettingsAsTheirVariables) {
   EXPECT_EQ(Raw(Parse("[engine]\ncc = \"off\"\n"), Setting::kCc), "off");
   EXPECT_EQ(Raw(Parse("[engine]\ndcqcn = \"rpg_ai_rate=10\"\n"), Setting::kDcqcn), "rpg_ai_rate=10");
   EXPECT_EQ(Raw(Parse("[engine]\nsr = \"on,window=128\"\n"), Setting::kSr), "on,window=128");
+  EXPECT_EQ(Raw(Parse("[engine]\nadp_retrans = \"on,min=1ms\"\n"), Setting::kAdpRetrans), "on,min=1ms");
   EXPECT_EQ(Raw(Parse("[engine]\nwatch_us = 50\n"), Setting::kWatch), "50");
 }
 

@@ -449,6 +449,39 @@ TEST(Settings, SelectiveRepeat) {
   EXPECT_STREQ(Info(Setting::kSr).flag, "sr");
 }
 
+// DROCE_ADP_RETRANS: adaptive retransmission (transport/adaptive_retrans.h),
+// off by default; one value for every device or one entry each.
+TEST(Settings, AdaptiveRetrans) {
+  auto s = Raw().Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->devices[0].adp.on);
+  s = Raw().Set(Setting::kAdpRetrans, "on").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->devices[0].adp.on);
+  EXPECT_EQ(s->devices[0].adp.min_us, 500u);
+  EXPECT_EQ(s->devices[0].adp.init_us, 1000u);
+  s = Raw().Set(Setting::kAdpRetrans, "on,min=100us,init=5ms").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->devices[0].adp.min_us, 100u);
+  EXPECT_EQ(s->devices[0].adp.init_us, 5000u);
+  s = Raw().Set(Setting::kLink, "net_ring0;net_ring1").Set(Setting::kAdpRetrans, ";on").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_FALSE(s->devices[0].adp.on);
+  EXPECT_TRUE(s->devices[1].adp.on);
+  EXPECT_FALSE(Raw().Set(Setting::kAdpRetrans, "off").Parse()->devices[0].adp.on);
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "yes"), Setting::kAdpRetrans, "'yes' is not on or off");
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "on,min=1us"), Setting::kAdpRetrans,
+                "'min=1us': a time from 10us to 1s (e.g. min=500us)");
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "on,init=2s"), Setting::kAdpRetrans,
+                "'init=2s': a time from 10us to 1s (e.g. init=500us)");
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "on,rto=1ms"), Setting::kAdpRetrans,
+                "'rto=1ms': the options are min=TIME and init=TIME");
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "on,min"), Setting::kAdpRetrans,
+                "'min': the options are min=TIME and init=TIME");
+  ExpectRefused(Raw().Set(Setting::kAdpRetrans, "off,min=1ms"), Setting::kAdpRetrans, "'off' takes no options");
+  EXPECT_STREQ(Info(Setting::kAdpRetrans).flag, "adp-retrans");
+}
+
 TEST(Settings, Watch) {
   EXPECT_EQ(Raw().Set(Setting::kWatch, "0").Parse()->global.watch_us, 0u);
   EXPECT_EQ(Raw().Set(Setting::kWatch, "1000").Parse()->global.watch_us, 1000u);

@@ -336,7 +336,7 @@ int ParseExec(const std::vector<std::string>& args, ExecOptions& opt, bool& help
     for (Setting s : {Setting::kLink, Setting::kIp, Setting::kIp6, Setting::kMac, Setting::kWorkers,
                       Setting::kWorkerCpu, Setting::kMtu, Setting::kGateway, Setting::kVlan, Setting::kFault,
                       Setting::kCapture, Setting::kTrace, Setting::kRate, Setting::kCc, Setting::kDcqcn,
-                      Setting::kSr}) {
+                      Setting::kSr, Setting::kAdpRetrans}) {
       if (opt.flags[static_cast<size_t>(s)]) {
         return UsageError(StrCat("exec: --", droce::config::Info(s).flag,
                                  " cannot be used with --daemon: droced owns the link (give it to droced)"));

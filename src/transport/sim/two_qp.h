@@ -296,6 +296,7 @@ struct SimQp {
   cc::DcqcnParams dcqcn;
   uint32_t line_mbps = 25000;
   SelectiveRepeat sr;      // QpInit::sr (DROCE_SR), set before Init
+  AdaptiveRetrans adp;     // QpInit::adp (DROCE_ADP_RETRANS), set before Init
   uint32_t xrcd = 0;       // an XRC target's domain, set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
 
@@ -337,6 +338,7 @@ struct SimQp {
     init.dcqcn = dcqcn;
     init.line_mbps = line_mbps;
     init.sr = sr;
+    init.adp = adp;
     if (type == QpType::kXrcTgt) {
       // No PD, queues or CQs of its own: each request names an SRQ
       // (env->xrc_srqs) that brings them.
