@@ -178,18 +178,28 @@ absl::Status ParseGateway(const std::string& v, Settings* out) {
   return absl::OkStatus();
 }
 
+// The first word of DROCE_SR and DROCE_ADP_RETRANS: "on" (options may
+// follow) or "off" (alone).
+absl::Status ParseOnOff(const std::vector<std::string>& parts, bool* on) {
+  if (parts[0] == "off") {
+    if (parts.size() != 1) return Invalid("'off' takes no options");
+    *on = false;
+    return absl::OkStatus();
+  }
+  if (parts[0] != "on") return Invalid(absl::StrCat("'", parts[0], "' is not on or off"));
+  *on = true;
+  return absl::OkStatus();
+}
+
 // DROCE_SR: "off", or "on[,window=PKTS][,rto=TIME]" (PKTS a power of two
 // from 16 to 512; TIME as the fault rules write it, 10us to 1s).
 absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
   std::vector<std::string> parts = absl::StrSplit(v, ',');
   transport::SelectiveRepeat out;
-  if (parts[0] == "off") {
-    if (parts.size() != 1) return Invalid("'off' takes no options");
-    *sr = out;
-    return absl::OkStatus();
+  if (absl::Status st = ParseOnOff(parts, &out.on); !st.ok() || !out.on) {
+    if (st.ok()) *sr = out;
+    return st;
   }
-  if (parts[0] != "on") return Invalid(absl::StrCat("'", parts[0], "' is not on or off"));
-  out.on = true;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     uint32_t n = 0;
@@ -217,13 +227,10 @@ absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
 absl::Status ParseAdpRetrans(const std::string& v, transport::AdaptiveRetrans* adp) {
   std::vector<std::string> parts = absl::StrSplit(v, ',');
   transport::AdaptiveRetrans out;
-  if (parts[0] == "off") {
-    if (parts.size() != 1) return Invalid("'off' takes no options");
-    *adp = out;
-    return absl::OkStatus();
+  if (absl::Status st = ParseOnOff(parts, &out.on); !st.ok() || !out.on) {
+    if (st.ok()) *adp = out;
+    return st;
   }
-  if (parts[0] != "on") return Invalid(absl::StrCat("'", parts[0], "' is not on or off"));
-  out.on = true;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     const size_t eq = p.find('=');

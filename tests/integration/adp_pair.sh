@@ -29,7 +29,7 @@ if ! command -v "$perftest" >/dev/null 2>&1; then
 fi
 dir=$(mktemp -d /tmp/droce-adp.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 # shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen
+. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE \
   DROCE_ADP_RETRANS
 srv=""
@@ -70,15 +70,10 @@ run() {
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')
 }
 
-# dropped LOG: the client's fault rule 1 dropped count.
-dropped() {
-  grep -E "fault rule 1 " "$1" | sed -nE 's/.*, dropped ([0-9]+),.*/\1/p' | head -n1
-}
-
 # report NAME: prints the run's figures; sets lost, adp, adp_to, to.
 report() {
   local c="$dir/$1.client.log"
-  lost=$(dropped "$c")
+  lost=$(fault_dropped "$c")
   adp=$(stat_of "$c" roce_adp_retrans); adp=${adp:-0}
   adp_to=$(stat_of "$c" roce_adp_retrans_to); adp_to=${adp_to:-0}
   to=$(stat_of "$c" completer_retry_err); to=${to:-0}

@@ -10,6 +10,11 @@ stat_of() {
   sed -nE "s/^droce: +$2 +([0-9]+).*/\1/p" "$1" | head -n1
 }
 
+# fault_dropped LOG: fault rule 1's dropped count in a DROCE_STATS=1 report.
+fault_dropped() {
+  grep -E "fault rule 1 " "$1" | sed -nE 's/.*, dropped ([0-9]+),.*/\1/p' | head -n1
+}
+
 # wait_tcp_listen PORT: until a TCP socket listens on PORT (a perftest server's
 # control connection), 10 s at most; false if none did.
 wait_tcp_listen() {

@@ -29,7 +29,7 @@ check=$2
 perftest=$3
 dir=$(mktemp -d /tmp/droce-sr.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 # shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen
+. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE
 srv=""
 cleanup() {
@@ -70,11 +70,6 @@ run() {
   [ "$src" -eq 0 ] || fail "$name: the server exited with $src"
 }
 
-# dropped LOG: the client's fault rule 1 dropped count.
-dropped() {
-  grep -E "fault rule 1 " "$1" | sed -nE 's/.*, dropped ([0-9]+),.*/\1/p' | head -n1
-}
-
 # checked NAME RULE SERVER_SR CLIENT_SR: a write_check run; prints its
 # figures, checks the bytes, sets lost and resent.
 checked() {
@@ -83,7 +78,7 @@ checked() {
   local c="$dir/$name.client.log" s="$dir/$name.server.log"
   grep -q "bad_words 0$" "$c" || fail "$name: the client saw bad words"
   grep -q "server: passes [1-9][0-9]* bad_words 0$" "$s" || fail "$name: the server found bad words"
-  lost=$(dropped "$c")
+  lost=$(fault_dropped "$c")
   resent=$(stat_of "$c" retransmitted_pkts)
   [ -n "$lost" ] && [ "$lost" -gt 100 ] || fail "$name: the rule dropped ${lost:-nothing}"
   resent=${resent:-0}
