@@ -47,6 +47,10 @@ void print_device_counters(ibv_context* context) {
                    info.description);
     }
   }
+  // The link's own counters: frames it dropped before the engine saw them.
+  if (const std::string link = to_ctx(context)->s->engine->LinkReport(); !link.empty()) {
+    std::fprintf(stderr, "droce: %s %s\n", context->device->name, link.c_str());
+  }
   // DROCE_FAULT's rules (docs/LAB.md), each with what it did.
   for (const std::string& line : to_ctx(context)->s->engine->FaultReport()) {
     std::fprintf(stderr, "droce: %s %s\n", context->device->name, line.c_str());

@@ -27,7 +27,8 @@ inline uint64_t Peek(const uint64_t& c) {
 #define DROCE_COUNTERS(X)                                                                   \
   X(sent_pkts, "RoCE packets transmitted")                                                 \
   X(rcvd_pkts, "RoCE packets received for an existing QP (requests, responses, duplicates)") \
-  X(tx_dropped, "frames not sent: refused by the link after retries, or responses a responder could not queue; the requester retransmits") \
+  X(tx_dropped, "responses a responder could not queue (READ responses or ACKs beyond its queue of owed responses); the requester retransmits") \
+  X(tx_link_full, "times the link stopped taking frames (its transmit ring full: the peer not draining it, or not there yet); they wait, in order, and go when it takes them again") \
   X(link_downed, "times the port's link went down (IBV_EVENT_PORT_ERR)")                   \
   X(srq_err, "SRQs put in error because their shared ring was corrupt (IBV_EVENT_SRQ_ERR)") \
   X(icrc_err, "received packets dropped because their ICRC was wrong")                     \

@@ -1177,6 +1177,13 @@ std::vector<std::string> Device::FaultReport() {
   return out;
 }
 
+std::string Device::LinkReport() {
+  io::DpdkPort::Stats s;
+  if (!dpdk_.ReadStats(&s)) return {};
+  return absl::StrCat("link rx_packets ", s.ipackets, " tx_packets ", s.opackets, " rx_missed ", s.imissed,
+                      " rx_errors ", s.ierrors, " rx_nombuf ", s.rx_nombuf, " tx_errors ", s.oerrors);
+}
+
 Counters Device::ReadCounters() {
   Counters c;
   RunOnWorker([&] {

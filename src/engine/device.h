@@ -161,6 +161,9 @@ struct Worker final : transport::TransportEnv {
   // went through it already (frames the link did not take wait in tx).
   std::unique_ptr<FaultStage> fault;
   size_t tx_judged = 0;
+  // The link refused frames at the last flush (tx_link_full counts each
+  // time this becomes true).
+  bool tx_link_blocked = false;
   // The live capture's tap (lab/capture.h, Device::StartCapture); nullptr
   // while none runs, or once it has ended.
   std::unique_ptr<CaptureTap> capture;
@@ -279,6 +282,7 @@ class Device final : public Session {
   // The fault rules' counters, summed over the workers (DROCE_STATS at
   // close); empty without rules.
   std::vector<std::string> FaultReport() override;
+  std::string LinkReport() override;
   // The lab's packet capture (lab/capture.h) on this device's link, started
   // and stopped while the workers run (installed with them stopped for a
   // moment). One at a time: FailedPrecondition while one runs.

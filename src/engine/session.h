@@ -171,6 +171,9 @@ class Session {
   // One line per fault rule with its counters (DROCE_FAULT; docs/LAB.md);
   // empty without rules, or where the engine is another process's.
   virtual std::vector<std::string> FaultReport() { return {}; }
+  // The link's own counters as one line (DpdkPort::Stats); empty where the
+  // engine is another process's.
+  virtual std::string LinkReport() { return {}; }
   virtual int workers() const = 0;
   // Unaffiliated events (PORT_ACTIVE, PORT_ERR, DEVICE_FATAL) go to every
   // registered sink.

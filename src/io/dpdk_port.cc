@@ -455,6 +455,14 @@ void DpdkPort::PrefaultSharedMemory() {
   }).detach();
 }
 
+bool DpdkPort::ReadStats(Stats* s) const {
+  if (!open_) return false;
+  rte_eth_stats st{};
+  if (rte_eth_stats_get(port_id_, &st) != 0) return false;
+  *s = {st.ipackets, st.opackets, st.imissed, st.ierrors, st.oerrors, st.rx_nombuf};
+  return true;
+}
+
 bool DpdkPort::Reconnect() {
   if (!reconnects_) return started_;
   // Each failed try logs "Failed to connect socket" at ERR: the first one

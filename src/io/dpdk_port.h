@@ -99,6 +99,14 @@ class DpdkPort {
   // mappings of every memif region, on a background thread (returns at
   // once). No-op for other ports.
   void PrefaultSharedMemory();
+  // The PMD's own counters (rte_eth_stats), for reports: what the link
+  // delivered and sent, and what it dropped before the engine saw it
+  // (imissed: its receive ring was full; rx_nombuf: no mbuf to receive
+  // into) or refused (oerrors). False where the port has none.
+  struct Stats {
+    uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
+  };
+  bool ReadStats(Stats* s) const;
 
   uint16_t port_id() const { return port_id_; }
   rte_mempool* pool() const { return pool_; }

@@ -87,6 +87,13 @@ report off
 [ "$adp" -eq 0 ] || fail "off: $adp adaptive resends with adaptive retransmission off"
 [ "$to" -ge "$lost" ] || fail "off: $to ACK timeouts for $lost tail losses"
 
+# DROCE_STATS=1 ends with the link's own counters (the PMD's rte_eth_stats).
+link=$(grep -m1 -E "^droce: droce0 link rx_packets [0-9]+ " "$dir/off.client.log")
+[ -n "$link" ] || fail "off: no link counters in the client's DROCE_STATS report"
+rx=$(echo "$link" | sed -nE 's/.* rx_packets ([0-9]+) .*/\1/p')
+[ "$rx" -gt "$iters" ] || fail "off: the link says it received $rx frames for $iters iterations: $link"
+echo "[off] client ${link#droce: }"
+
 run on "on,min=500us,init=1ms"
 report on
 [ "$adp" -ge "$lost" ] || fail "on: $adp adaptive resends for $lost tail losses"
