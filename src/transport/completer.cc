@@ -543,7 +543,8 @@ uint64_t Qp::AdpInterval() const {
   const unsigned k = last_progress_ns_ != adp_progress_seen_ ? 0 : adp_fired_;
   const uint64_t rto = rtt_.Rto(uint64_t{adp_.min_us} * 1000, uint64_t{adp_.init_us} * 1000);
   const uint64_t limit = attr_.timeout != 0 ? uint64_t{4096} << attr_.timeout : uint64_t{4096} << 14;
-  const uint64_t wait = k >= 40 ? limit : rto << k;
+  uint64_t wait = rto;  // rto << k, stopping at the limit (no overflow)
+  for (unsigned i = 0; i < k && wait < limit; ++i) wait <<= 1;
   if (wait < limit) return wait;
   return attr_.timeout != 0 ? kNoTimer : limit;
 }

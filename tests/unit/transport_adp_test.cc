@@ -202,6 +202,18 @@ TEST(AdaptiveRetrans, WaitForeverKeepsResending) {
   EXPECT_LT(ns, 127 * kMs + 3 * (4096ull << 14) + 2 * kMs);
 }
 
+// A round-trip timeout above the cap (min 1 s) with timeout 0: every wait
+// is the 67 ms cap, however many resends (the doubling never overflows).
+TEST(AdaptiveRetrans, WaitForeverWithALongMinimum) {
+  Pair t(On(/*min_us=*/1'000'000, /*init_us=*/1'000'000), /*timeout=*/0);
+  t.drop = DropRequests(3);
+  uint64_t ns = 0;
+  EXPECT_EQ(t.Run(queue::WqeOp::kWrite, 200, &ns).status, queue::wc::kSuccess);
+  EXPECT_EQ(t.a().roce_adp_retrans, 3u);
+  EXPECT_GE(ns, 3 * (4096ull << 14));
+  EXPECT_LT(ns, 3 * (4096ull << 14) + 1 * kMs);
+}
+
 // With selective repeat active its own timeout resends, not this one.
 TEST(AdaptiveRetrans, SelectiveRepeatKeepsItsOwnTimeout) {
   SimPair p(LinkFaults{}, 62);
