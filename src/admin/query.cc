@@ -260,6 +260,14 @@ void AddCounters(Json& j, const Counters& c) {
   for (const CounterInfo& i : kCounterInfo) j[i.name] = c.*i.field;
 }
 
+// The link's own counters (the PMD's), as link_<name>; none where the port
+// has none.
+void AddLinkStats(Json& j, const engine::Device& d) {
+  io::DpdkPort::Stats s;
+  if (!d.ReadLinkStats(&s)) return;
+  for (const auto& f : io::DpdkPort::kStatFields) j[absl::StrCat("link_", f.name)] = s.*f.field;
+}
+
 Json Stats(Host& host, const Filter& f, bool qps) {
   Json out = Json::array();
   absl::flat_hash_map<int32_t, std::string> comms;
@@ -268,6 +276,7 @@ Json Stats(Host& host, const Filter& f, bool qps) {
       Json j = DevHead(i, d);
       j["port"] = 1;
       AddCounters(j, d.PeekCounters());
+      AddLinkStats(j, d);
       out.push_back(std::move(j));
       return;
     }
@@ -610,6 +619,19 @@ std::string PrometheusText(Host& host) {
     for (size_t k = 0; k < devs.size(); ++k) {
       absl::StrAppend(&out, "droce_", i.name, "_total{device=\"", Label(devs[k]->port().name), "\",port=\"1\"} ",
                       dev_counters[k].*i.field, "\n");
+    }
+  }
+  // The link's own counters (the PMD's rte_eth_stats).
+  std::vector<io::DpdkPort::Stats> link(devs.size());
+  std::vector<bool> has_link(devs.size());
+  for (size_t k = 0; k < devs.size(); ++k) has_link[k] = devs[k]->ReadLinkStats(&link[k]);
+  for (const auto& f : io::DpdkPort::kStatFields) {
+    absl::StrAppend(&out, "# HELP droce_link_", f.name, "_total ", f.help, "\n# TYPE droce_link_", f.name,
+                    "_total counter\n");
+    for (size_t k = 0; k < devs.size(); ++k) {
+      if (!has_link[k]) continue;
+      absl::StrAppend(&out, "droce_link_", f.name, "_total{device=\"", Label(devs[k]->port().name),
+                      "\",port=\"1\"} ", link[k].*f.field, "\n");
     }
   }
   // The fault rules' counters (DROCE_FAULT, droce ctl fault): a series per

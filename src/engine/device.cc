@@ -1180,8 +1180,9 @@ std::vector<std::string> Device::FaultReport() {
 std::string Device::LinkReport() {
   io::DpdkPort::Stats s;
   if (!dpdk_.ReadStats(&s)) return {};
-  return absl::StrCat("link rx_packets ", s.ipackets, " tx_packets ", s.opackets, " rx_missed ", s.imissed,
-                      " rx_errors ", s.ierrors, " rx_nombuf ", s.rx_nombuf, " tx_errors ", s.oerrors);
+  std::string out = "link";
+  for (const auto& f : io::DpdkPort::kStatFields) absl::StrAppend(&out, " ", f.name, " ", s.*f.field);
+  return out;
 }
 
 Counters Device::ReadCounters() {

@@ -283,6 +283,9 @@ class Device final : public Session {
   // close); empty without rules.
   std::vector<std::string> FaultReport() override;
   std::string LinkReport() override;
+  // The link's own counters (the PMD's, read without stopping the workers);
+  // false where the port has none (not open).
+  bool ReadLinkStats(io::DpdkPort::Stats* s) const { return dpdk_.ReadStats(s); }
   // The lab's packet capture (lab/capture.h) on this device's link, started
   // and stopped while the workers run (installed with them stopped for a
   // moment). One at a time: FailedPrecondition while one runs.

@@ -107,6 +107,22 @@ class DpdkPort {
     uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
   };
   bool ReadStats(Stats* s) const;
+  // Each field as reports name it ("link_" + name in droce ctl and the
+  // metrics), with what a non-zero value means.
+  struct StatField {
+    const char* name;
+    const char* help;
+    uint64_t Stats::*field;
+  };
+  static constexpr StatField kStatFields[] = {
+      {"rx_packets", "frames the link delivered to the engine", &Stats::ipackets},
+      {"tx_packets", "frames the link took from the engine", &Stats::opackets},
+      {"rx_missed", "frames the link dropped because its receive ring was full (the engine fell behind)",
+       &Stats::imissed},
+      {"rx_errors", "frames the link received in error", &Stats::ierrors},
+      {"rx_nombuf", "frames the link could not receive for want of an mbuf", &Stats::rx_nombuf},
+      {"tx_errors", "frames the link failed to send", &Stats::oerrors},
+  };
 
   uint16_t port_id() const { return port_id_; }
   rte_mempool* pool() const { return pool_; }

@@ -66,6 +66,10 @@ ctl -j link show | py "assert j[0]['state'] == 'ACTIVE' and j[0]['ip'] == '10.77
 ctl -j res show | py "assert (j[0]['qp'], j[0]['cq'], j[0]['mr'], j[0]['pd']) == (0, 0, 0, 0), j" || die "res show"
 s0=$(dev_ctr sent_pkts) r0=$(dev_ctr rcvd_pkts)
 [ "$(prom_ctr sent_pkts)" = "$s0" ] && [ "$(tele_ctr sent_pkts)" = "$s0" ] || die "the three views disagree at rest"
+# The link's own counters (the PMD's): in stat show and as metrics.
+lr=$(dev_ctr link_rx_missed) lt=$(dev_ctr link_tx_packets)
+[ "$lr" = 0 ] && [ -n "$lt" ] && [ "$(scrape | awk '$1 == "droce_link_tx_packets_total{device=\"droce0\",port=\"1\"}" { print $2 }')" = "$lt" ] ||
+  die "the link's counters: stat show rx_missed '$lr' tx_packets '$lt', metrics '$(scrape | grep '^droce_link_tx_packets')'"
 
 # --- during ib_send_bw -------------------------------------------------------
 # Long enough (about 4 s at 2 GB/s) for the samples below to fall inside the run.
