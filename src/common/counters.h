@@ -29,6 +29,8 @@ inline uint64_t Peek(const uint64_t& c) {
   X(rcvd_pkts, "RoCE packets received for an existing QP (requests, responses, duplicates)") \
   X(tx_dropped, "responses a responder could not queue (READ responses or ACKs beyond its queue of owed responses); the requester retransmits") \
   X(tx_link_full, "times the link stopped taking frames (its transmit ring full: the peer not draining it, or not there yet); they wait, in order, and go when it takes them again") \
+  X(engine_stalls, "times a worker's engine ran no turn for more than 10 ms (its CPU taken by other threads, a control call, a stopped process, or a hypervisor that froze the virtual CPU); a peer waiting for an ACK meanwhile may reach its local ACK timeout") \
+  X(engine_stalled_us, "microseconds the engine_stalls lasted in all") \
   X(link_downed, "times the port's link went down (IBV_EVENT_PORT_ERR)")                   \
   X(srq_err, "SRQs put in error because their shared ring was corrupt (IBV_EVENT_SRQ_ERR)") \
   X(icrc_err, "received packets dropped because their ICRC was wrong")                     \

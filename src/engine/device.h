@@ -47,6 +47,7 @@
 #include "transport/env.h"
 #include "transport/qp.h"
 #include "engine/session.h"
+#include "engine/stall_meter.h"
 #include "engine/yield_policy.h"
 
 struct rte_mbuf;
@@ -196,6 +197,8 @@ struct Worker final : transport::TransportEnv {
   // The clock at the start of the turn running now (Device::PollOnceGuarded);
   // 0 between turns.
   uint64_t turn_ns = 0;
+  // Gaps between this worker's turns (engine_stalls, engine/stall_meter.h).
+  StallMeter stalls;
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;

@@ -130,6 +130,10 @@ void Device::EnterFatal(const char* why) {
 bool Device::PollOnceGuarded(Worker& w) {
   // One clock reading per turn for what needs no better (TransportEnv::TurnNs).
   w.turn_ns = NowNs();
+  if (const uint64_t stalled = w.stalls.Turn(w.turn_ns); stalled != 0) [[unlikely]] {
+    Bump(w.stats.engine_stalls);
+    Bump(w.stats.engine_stalled_us, stalled / 1000);
+  }
   struct EndTurn {
     Worker& w;
     ~EndTurn() { w.turn_ns = 0; }
