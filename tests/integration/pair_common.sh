@@ -154,3 +154,56 @@ start_ctl_pair() {
     --ip 10.77.3.2/24 -- "$program" -D "$seconds" -p "$port" 127.0.0.1 >"$dir/ctl_client.log" 2>&1 &
   client_pid=$!
 }
+
+# proc_tree PID...: the pids and all their descendants, from /proc (not
+# pgrep: under the sanitizer runs it inherits the ASan runtime and hangs).
+proc_tree() {
+  local queue=("$@") out=() p c
+  while [ ${#queue[@]} -gt 0 ]; do
+    p=${queue[0]}
+    queue=("${queue[@]:1}")
+    [ -n "$p" ] && [ -d "/proc/$p" ] || continue
+    out+=("$p")
+    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do queue+=("$c"); done
+  done
+  echo "${out[@]}"
+}
+
+# hang_dump PID...: what every thread of the pids and their descendants is
+# doing — state, kernel wait channel, system call, and the user stack where
+# gdb is installed — on stderr, for a test about to kill a hung pair.
+hang_dump() {
+  local p t
+  for p in $(proc_tree "$@"); do
+    echo "== hang: pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-200)" >&2
+    for t in /proc/"$p"/task/*; do
+      echo "   tid ${t##*/} $(cat "$t/comm" 2>/dev/null) state $(awk '{print $3}' "$t/stat" 2>/dev/null)" \
+           "wchan $(cat "$t/wchan" 2>/dev/null) syscall $(cut -d' ' -f1-3 "$t/syscall" 2>/dev/null)" >&2
+    done
+    if command -v gdb >/dev/null 2>&1; then
+      env -u LD_PRELOAD timeout 30 gdb -batch -nx -p "$p" -ex 'thread apply all bt 12' 2>/dev/null |
+        grep -E '^(Thread|#)' | sed 's/^/   /' >&2
+    fi
+  done
+}
+
+# hang_watch SECS PID...: in the background, hang_dump the pids after SECS
+# if any still runs; the caller kills the watch when the run ends in time.
+hang_watch() {
+  local secs=$1
+  shift
+  (
+    local nap
+    trap 'kill "$nap" 2>/dev/null; exit 0' TERM
+    sleep "$secs" &
+    nap=$!
+    wait "$nap"
+    for p in "$@"; do
+      if [ -d "/proc/$p" ]; then
+        echo "== hang: still running after ${secs}s" >&2
+        hang_dump "$@"
+        break
+      fi
+    done
+  ) &
+}

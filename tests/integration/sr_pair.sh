@@ -29,7 +29,7 @@ check=$2
 perftest=$3
 dir=$(mktemp -d /tmp/droce-sr.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 # shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen
+. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen, hang_watch
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE
 srv=""
 cleanup() {
@@ -61,8 +61,16 @@ run() {
   wait_tcp_listen "$port" || fail "$name: the server did not listen"
   DROCE_SR=$csr DROCE_STATS=1 DROCE_FAULT=$rule timeout 60 "$launcher" exec \
     --link "net_memif0,role=client,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.2/24 \
-    -- "${cargs[@]}" >"$dir/$name.client.log" 2>&1
+    -- "${cargs[@]}" >"$dir/$name.client.log" 2>&1 &
+  local cli=$!
+  # A run takes a few seconds; one still going after 50 s has hung: say
+  # where every thread of both ends is before timeout kills them.
+  hang_watch 50 "$srv" "$cli"
+  local watch=$!
+  wait "$cli"
   local crc=$?
+  kill "$watch" 2>/dev/null
+  wait "$watch" 2>/dev/null
   wait "$srv"
   local src=$?
   srv=""

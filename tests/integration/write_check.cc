@@ -281,6 +281,8 @@ int Client(const char* host, int port, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Line by line, so that a run killed for hanging shows how far it got.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (argc == 3 && std::strcmp(argv[1], "server") == 0) return Server(std::atoi(argv[2]));
   if (argc == 5 && std::strcmp(argv[1], "client") == 0) return Client(argv[2], std::atoi(argv[3]), std::atof(argv[4]));
   std::fprintf(stderr, "usage: write_check server PORT | write_check client HOST PORT SECONDS\n");
