@@ -11,14 +11,25 @@
 // a real pair has each end on its own core, so each end's share of this
 // work is roughly half.
 //
+// The `trace` argument (1; 2: clock=turn, a stamp per turn) gives both QPs
+// an event trace sink
+// (transport/trace.h, as DROCE_TRACE does) drained every 1 ms by another
+// thread, copied out and converted as the trace's writer does, but not
+// written: the datapath's share of the trace's cost.
+//
 //   build/bench/transport_bench [--benchmark_filter=REGEX]
 
 #include <benchmark/benchmark.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <thread>
+#include <vector>
 
 #include "queue/abi.h"
 #include "transport/sim/two_qp.h"
+#include "transport/trace.h"
 
 namespace {
 
@@ -28,8 +39,35 @@ namespace sim = droce::transport::sim;
 constexpr uint32_t kDepth = 256;  // SQ and RQ slots
 constexpr uint32_t kCqDepth = 1024;
 
+// The trace's writer thread without the file: drains `sink` every 1 ms into
+// its own buffer until stopped.
+class TraceDrainer {
+ public:
+  explicit TraceDrainer(droce::transport::TraceSink* sink) : thread_([this, sink] {
+      std::vector<droce::transport::TraceEvent> out;
+      while (!stop_.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        out.clear();
+        sink->Drain([&](const droce::transport::TraceEvent* e, size_t n) {
+          out.insert(out.end(), e, e + n);
+          for (auto& x : out) x.ns += 1;
+        });
+        events_ += out.size();
+      }
+    }) {}
+  ~TraceDrainer() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  uint64_t events_ = 0;
+  std::thread thread_;
+};
+
 // Args: operation (0 SEND, 1 RDMA WRITE, 2 RDMA READ, 3 FETCH_ADD), message
-// bytes, path MTU (enum ibv_mtu: 3 = 1024, 5 = 4096).
+// bytes, path MTU (enum ibv_mtu: 3 = 1024, 5 = 4096), trace (0 or 1).
 void BM_RcTransfer(benchmark::State& state) {
   const auto kind = state.range(0);
   const uint32_t len = kind == 3 ? 8 : static_cast<uint32_t>(state.range(1));
@@ -49,6 +87,14 @@ void BM_RcTransfer(benchmark::State& state) {
     return;
   }
   sim::SimQp &a = p.a, &b = p.b;
+  std::unique_ptr<droce::transport::TraceSink> sink;
+  std::unique_ptr<TraceDrainer> drainer;
+  if (state.range(3) != 0) {
+    sink = std::make_unique<droce::transport::TraceSink>(1u << 16, state.range(3) == 2);  // DROCE_TRACE's default ring
+    a.qp->SetTrace(sink.get());
+    b.qp->SetTrace(sink.get());
+    drainer = std::make_unique<TraceDrainer>(sink.get());
+  }
   const uint64_t raddr = b.Addr(0);
   queue::Cqe cqes[64];
   uint64_t done = 0, errors = 0, turns = 0;
@@ -58,6 +104,7 @@ void BM_RcTransfer(benchmark::State& state) {
       while (b.RqHasRoom()) b.PostRecv(b.rq_prod, 0, len);
     }
     while (a.SqHasRoom()) a.PostOp(op, a.sq_prod, 0, len, raddr, b.key, 1);
+    if (sink != nullptr && sink->turn_clock()) sink->StartTurn();
     p.net.Step(32);
     int k;
     while ((k = a.scq_c->Poll(cqes, 64)) > 0) {
@@ -68,6 +115,8 @@ void BM_RcTransfer(benchmark::State& state) {
     }
     ++turns;
   }
+  drainer.reset();
+  if (sink != nullptr) state.counters["trace_dropped"] = static_cast<double>(sink->dropped());
   const uint64_t bad = p.net.link.stats.parse_errors;
   const uint64_t frames = p.net.link.stats.sent;
   if (bad != 0 || errors != 0) state.SkipWithError("parse errors or failed completions");
@@ -79,16 +128,20 @@ void BM_RcTransfer(benchmark::State& state) {
   state.SetLabel(kind == 0 ? "SEND" : kind == 1 ? "WRITE" : kind == 2 ? "READ" : "FETCH_ADD");
 }
 BENCHMARK(BM_RcTransfer)
-    ->ArgNames({"op", "bytes", "mtu"})
-    ->Args({0, 64, 3})
-    ->Args({0, 4096, 3})
-    ->Args({1, 64, 3})
-    ->Args({1, 4096, 3})
-    ->Args({1, 65536, 3})
-    ->Args({1, 65536, 5})
-    ->Args({2, 4096, 3})
-    ->Args({2, 65536, 3})
-    ->Args({3, 8, 3});
+    ->ArgNames({"op", "bytes", "mtu", "trace"})
+    ->Args({0, 64, 3, 0})
+    ->Args({0, 64, 3, 1})
+    ->Args({0, 64, 3, 2})
+    ->Args({0, 4096, 3, 0})
+    ->Args({1, 64, 3, 0})
+    ->Args({1, 64, 3, 1})
+    ->Args({1, 64, 3, 2})
+    ->Args({1, 4096, 3, 0})
+    ->Args({1, 65536, 3, 0})
+    ->Args({1, 65536, 5, 0})
+    ->Args({2, 4096, 3, 0})
+    ->Args({2, 65536, 3, 0})
+    ->Args({3, 8, 3, 0});
 
 }  // namespace
 

@@ -256,6 +256,7 @@ absl::Status Device::Setup(const Config& cfg) {
         lab::Trace::Start(o, port_.name, static_cast<int>(workers_.size()), EpochOffsetNs());
     if (!t.ok()) return absl::Status(t.status().code(), absl::StrCat("DROCE_TRACE: ", t.status().message()));
     trace_ = *std::move(t);
+    SetQpTraceSinks();  // no QP yet: the workers' turn stamps (clock=turn)
     FlushTracesAtExitOnce();
   }
   // links & addressing (io/arp/icmp/nd): gateway, VLAN, IPv6, and the
@@ -1124,6 +1125,7 @@ void Device::SetQpTraceSinks() {
   for (auto& [qpn, e] : qps_) {
     e->qp->SetTrace(trace_ != nullptr ? trace_->SinkFor(qpn, e->owner->index) : nullptr);
   }
+  for (auto& w : workers_) w->trace_turn = trace_ != nullptr ? trace_->TurnClockRing(static_cast<int>(w->index)) : nullptr;
 }
 
 absl::Status Device::StartTrace(const lab::TraceOptions& o) {

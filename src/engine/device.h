@@ -199,6 +199,9 @@ struct Worker final : transport::TransportEnv {
   uint64_t turn_ns = 0;
   // Gaps between this worker's turns (engine_stalls, engine/stall_meter.h).
   StallMeter stalls;
+  // The trace ring this worker's turns stamp (DROCE_TRACE clock=turn;
+  // transport/trace.h), else nullptr. Set with every worker stopped.
+  transport::TraceSink* trace_turn = nullptr;
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;

@@ -134,9 +134,13 @@ bool Device::PollOnceGuarded(Worker& w) {
     Bump(w.stats.engine_stalls);
     Bump(w.stats.engine_stalled_us, stalled / 1000);
   }
+  if (w.trace_turn != nullptr) [[unlikely]] w.trace_turn->StartTurn();
   struct EndTurn {
     Worker& w;
-    ~EndTurn() { w.turn_ns = 0; }
+    ~EndTurn() {
+      w.turn_ns = 0;
+      if (w.trace_turn != nullptr) [[unlikely]] w.trace_turn->EndTurn();
+    }
   } end_turn{w};
   // The device dies with every worker stopped, after this turn (DriveLocked).
   try {

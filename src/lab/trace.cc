@@ -130,8 +130,14 @@ absl::StatusOr<TraceOptions> ParseTraceSpec(std::string_view spec) {
       else return absl::InvalidArgumentError(absl::StrCat("'format' is json, csv or binary, not '", v, "'"));
       continue;
     }
+    if (k == "clock") {
+      if (v == "event") o.turn_clock = false;
+      else if (v == "turn") o.turn_clock = true;
+      else return absl::InvalidArgumentError(absl::StrCat("'clock' is event or turn, not '", v, "'"));
+      continue;
+    }
     if (k != "qp" && k != "ring") {
-      return absl::InvalidArgumentError(absl::StrCat("unknown trace option '", k, "' (format, qp, ring)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown trace option '", k, "' (format, qp, ring, clock)"));
     }
     uint64_t n = 0;
     const bool hex = k == "qp" && v.size() > 2 && v.starts_with("0x");  // QPNs are often written in hex
@@ -198,7 +204,7 @@ absl::StatusOr<std::unique_ptr<Trace>> Trace::Start(const TraceOptions& o, const
   t->dev_ = dev;
   t->epoch_offset_ns_ = epoch_offset_ns;
   t->st_.text = o.text;
-  for (int i = 0; i < workers; ++i) t->rings_.push_back(std::make_unique<transport::TraceSink>(o.ring));
+  for (int i = 0; i < workers; ++i) t->rings_.push_back(std::make_unique<transport::TraceSink>(o.ring, o.turn_clock));
   // The clock's rate, first over 2 ms, then over the whole trace (Calibrate).
   t->clock0_ = transport::TraceClock();
   t->mono0_ = MonotonicNs();
@@ -238,6 +244,11 @@ Trace::~Trace() {
 transport::TraceSink* Trace::SinkFor(uint32_t qpn, int w) {
   if (o_.has_qp && qpn != o_.qp) return nullptr;
   if (w < 0 || static_cast<size_t>(w) >= rings_.size()) return nullptr;
+  return rings_[static_cast<size_t>(w)].get();
+}
+
+transport::TraceSink* Trace::TurnClockRing(int w) {
+  if (!o_.turn_clock || w < 0 || static_cast<size_t>(w) >= rings_.size()) return nullptr;
   return rings_[static_cast<size_t>(w)].get();
 }
 

@@ -44,10 +44,14 @@ struct TraceOptions {
   bool has_qp = false;  // only this QP (qp=N)
   uint32_t qp = 0;
   uint32_t ring = 1u << 16;  // events per worker ring (a power of two; 2 MiB)
+  // clock=turn: an event's time is the start of the worker's turn that
+  // recorded it (one clock read per turn, not per event: the trace's cost
+  // roughly halves); events of one turn keep their order in the file.
+  bool turn_clock = false;
   std::string text;          // as given
 };
 
-// "PATH[,format=json|csv|binary][,qp=N][,ring=N]".
+// "PATH[,format=json|csv|binary][,qp=N][,ring=N][,clock=event|turn]".
 absl::StatusOr<TraceOptions> ParseTraceSpec(std::string_view spec);
 
 // One event as a line (no newline): `epoch_offset_ns` turns the engine's
@@ -78,6 +82,8 @@ class Trace {
   // The sink for QP `qpn` owned by worker `w`; nullptr if the filter leaves
   // it out.
   transport::TraceSink* SinkFor(uint32_t qpn, int w);
+  // Worker w's ring if its turns must stamp it (clock=turn), else nullptr.
+  transport::TraceSink* TurnClockRing(int w);
   TraceStatus Status();
 
  private:

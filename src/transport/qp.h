@@ -488,7 +488,7 @@ class Qp {
   // The event trace (transport/trace.h): one pointer test when off.
   void Trace(TraceKind k, uint8_t opcode, uint32_t psn, uint32_t arg = 0, uint32_t len = 0) {
     if (trace_ != nullptr) [[unlikely]] {
-      trace_->Record({TraceClock(), qpn_, k, opcode, 0, psn, arg, len, 0});
+      trace_->Record({trace_->Stamp(), qpn_, k, opcode, 0, psn, arg, len, 0});
     }
   }
   // A built frame goes out: sent, counted, traced.

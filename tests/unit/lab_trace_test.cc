@@ -60,7 +60,31 @@ TEST(TraceSpec, ParsesAndRefuses) {
   EXPECT_EQ(msg("/t,qp=x"), "'qp' needs a number, not 'x'");
   EXPECT_EQ(msg("/t,qp=0x1000000"), "'qp' is a 24-bit QP number");
   EXPECT_EQ(msg("/t,ring=1000"), "'ring' is a power of two from 1024 to 16777216 events");
-  EXPECT_EQ(msg("/t,size=1"), "unknown trace option 'size' (format, qp, ring)");
+  EXPECT_EQ(msg("/t,size=1"), "unknown trace option 'size' (format, qp, ring, clock)");
+  EXPECT_FALSE(o->turn_clock);
+  EXPECT_TRUE(ParseTraceSpec("/t,clock=turn")->turn_clock);
+  EXPECT_FALSE(ParseTraceSpec("/t,clock=turn,clock=event")->turn_clock);
+  EXPECT_EQ(msg("/t,clock=tsc"), "'clock' is event or turn, not 'tsc'");
+}
+
+// clock=turn: inside a turn every event takes the turn's stamp; outside one
+// (a control call's state change) the clock's own; clock=event never the
+// turn's.
+TEST(TraceRing, TurnClockStampsEventsWithTheirTurn) {
+  TraceSink turn(16, /*turn_clock=*/true), event(16);
+  EXPECT_TRUE(turn.turn_clock());
+  EXPECT_FALSE(event.turn_clock());
+  turn.StartTurn();
+  const uint64_t start = turn.Stamp();
+  const uint64_t deadline = transport::TraceClock() + 1000;
+  while (transport::TraceClock() < deadline) {
+  }
+  EXPECT_EQ(turn.Stamp(), start);   // the same stamp however late in the turn
+  EXPECT_GT(event.Stamp(), start);  // a clock reading of its own
+  turn.EndTurn();
+  EXPECT_GT(turn.Stamp(), start);  // between turns: the clock
+  turn.StartTurn();
+  EXPECT_GT(turn.Stamp(), start);  // the next turn's stamp
 }
 
 TEST(TraceRing, KeepsOrderAcrossTheWrapAndCountsWhatAFullRingDrops) {
