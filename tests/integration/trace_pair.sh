@@ -9,7 +9,8 @@
 #      events as rcvd_seq_err, its timeouts as completer_retry_err, and every
 #      NAK or timeout is followed by a retransmit; each QP goes INIT, RTR, RTS.
 #   2. While ib_send_bw runs (`droce ctl --pid P trace ...`, DROCE_CTL=1): a
-#      CSV trace started and stopped, a binary one printed by `droce
+#      CSV trace started and stopped, a binary one (clock=turn: events of
+#      a turn share its time) printed by `droce
 #      trace-dump`, and the refusals (a second trace, a bad format, stop
 #      without one).
 #
@@ -112,7 +113,8 @@ lines=$(wc -l <"$dir/live.csv")
 [ "$lines" -gt 1000 ] || fail "live.csv has $lines lines"
 [ "$(awk -F, 'NR > 1 && $4 == "rx" { n++ } END { print n + 0 }' "$dir/live.csv")" -gt 1000 ] ||
   fail "the live trace has no rx events"
-ctl trace start "$dir/live.bin" format binary >/dev/null || fail "trace start (binary)"
+# The binary one with clock=turn: events of one engine turn share its time.
+ctl trace start "$dir/live.bin" format binary clock turn >/dev/null || fail "trace start (binary, clock turn)"
 sleep 0.5
 ctl trace stop >/dev/null || fail "trace stop (binary)"
 # The refusals while the run surely lasts; the binary trace is read after.
@@ -124,11 +126,15 @@ out=$(ctl trace start "$dir/x.trace" format xml 2>&1); rc=$?
 /usr/bin/python3 -c '
 import json, sys
 n = 0
+times = set()
 for line in open(sys.argv[1]):
     e = json.loads(line); n += 1
     assert e["dev"] == "droce0" and e["event"] in ("tx", "rx", "ack", "nak", "rnr", "retransmit", "timeout", "state"), line
+    times.add(e["time_ns"])
 assert n > 1000, n
-print("[trace-dump]", n, "events")
+# A turn takes up to 32 received frames: far fewer times than events.
+assert len(times) * 2 < n, (len(times), n)
+print("[trace-dump]", n, "events at", len(times), "turn times (clock=turn)")
 ' "$dir/live.json" || fail "trace-dump's JSON"
 wait "$client_pid"
 client_rc=$?

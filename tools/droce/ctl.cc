@@ -48,7 +48,7 @@ constexpr std::string_view kHelp =
     "  cc set [dev DEV] [qpn N] [dcqcn|off] [NAME=VALUE,...]\n"
     "                              change it live (DROCE_DCQCN's names; docs/LAB.md)\n"
     "  trace [show [dev DEV]]\n"
-    "  trace start [dev DEV] FILE [format json|csv] [qp N] [ring N]   the per-QP event trace\n"
+    "  trace start [dev DEV] FILE [format json|csv|binary] [qp N] [ring N] [clock event|turn]   the per-QP event trace\n"
     "  trace stop [dev DEV]\n"
     "-j: JSON (-p: pretty). Asks droced at --socket, $DROCE_DAEMON or /run/droce/droced.sock;\n"
     "--pid PID asks a program running embedded with DROCE_CTL=1. See docs/OPERATIONS.md.\n";
@@ -185,7 +185,7 @@ Request Parse(const std::vector<std::string>& words) {
         const std::string v = a.value(k);
         if (k != "size" && k != "point" && !Number(v)) throw UsageError{"'" + k + "' needs a number, not '" + v + "'"};
         spec += "," + k + "=" + v;
-      } else if (r.kind == "start" && trace && (k == "format" || k == "qp" || k == "ring")) {
+      } else if (r.kind == "start" && trace && (k == "format" || k == "qp" || k == "ring" || k == "clock")) {
         if (spec.empty()) throw UsageError{"'trace start' needs the FILE before '" + k + "'"};
         spec += "," + k + "=" + a.value(k);
       } else if (r.kind == "start" && spec.empty()) {
