@@ -155,6 +155,20 @@ start_ctl_pair() {
   client_pid=$!
 }
 
+# require_program PROGRAM: exits 77 (meson's SKIP) unless PROGRAM is installed.
+require_program() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "SKIP: '$1' is not installed"
+  exit 77
+}
+
+# clear_droce_env: no DROCE_* setting of the caller's environment reaches
+# the pair (each run sets its own).
+clear_droce_env() {
+  local v
+  for v in "${!DROCE_@}"; do unset "$v"; done
+}
+
 # proc_tree PID...: the pids and all their descendants, from /proc (not
 # pgrep: under the sanitizer runs it inherits the ASan runtime and hangs).
 proc_tree() {

@@ -21,15 +21,11 @@ if [ $# -ne 2 ]; then
 fi
 launcher=$1
 perftest=$2
-if ! command -v "$perftest" >/dev/null 2>&1; then
-  echo "SKIP: '$perftest' is not installed"
-  exit 77
-fi
-dir=$(mktemp -d /tmp/droce-stall.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 # shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen
-unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE \
-  DROCE_ADP_RETRANS DROCE_RATE
+. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen, require_program, clear_droce_env
+require_program "$perftest"
+clear_droce_env
+dir=$(mktemp -d /tmp/droce-stall.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 srv=""
 cleanup() {
   [ -n "$srv" ] && kill -CONT -- "-$srv" 2>/dev/null
