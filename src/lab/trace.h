@@ -45,8 +45,9 @@ struct TraceOptions {
   uint32_t qp = 0;
   uint32_t ring = 1u << 16;  // events per worker ring (a power of two; 2 MiB)
   // clock=turn: an event's time is the start of the worker's turn that
-  // recorded it (one clock read per turn, not per event: the trace's cost
-  // roughly halves); events of one turn keep their order in the file.
+  // recorded it (one clock read per turn, not per event: about a third of
+  // the datapath's share of the trace's cost, docs/PERFORMANCE.md); events
+  // of one turn keep their order in the file.
   bool turn_clock = false;
   std::string text;          // as given
 };

@@ -57,9 +57,10 @@ static_assert(sizeof(TraceEvent) == 32);
 // Where a QP's events go: a single-producer, single-consumer ring (the
 // producer is whoever runs the QP, its worker's drive lock held; the
 // consumer the trace's writer thread, lab/trace.h). Inline and not virtual:
-// recording is a clock read and a 32-byte store. The clock read is most of
-// it (rdtsc: ~11 ns here in a loop, against ~3 ns for the store), so with
-// `turn_clock` (DROCE_TRACE's clock=turn) events take the stamp their
+// recording is a clock read and a 32-byte store (in a loop here: rdtsc
+// ~11 ns, the store ~3 ns; in the engine the ring's lines moving between
+// the worker's and the writer's CPUs weigh as much, docs/PERFORMANCE.md).
+// With `turn_clock` (DROCE_TRACE's clock=turn) events take the stamp their
 // worker took once at the start of its turn (StartTurn) instead.
 class TraceSink {
  public:
