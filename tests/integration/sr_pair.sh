@@ -7,7 +7,9 @@
 #      with selective repeat at both ends, at 1 % random loss and at
 #      Gilbert-Elliott loss: every byte right, and the client resent at most
 #      1.1 packets per packet the rule dropped (retransmitted_pkts against
-#      the rule's dropped count).
+#      the rule's dropped count) — plus, in a run where an engine stalled
+#      (engine_stalls: a virtual CPU frozen by the host), a window of 512
+#      per local ACK timeout the stall caused.
 #   2. The same without selective repeat: every byte right, go-back-N
 #      resending many packets per loss.
 #   3. Only the client with it on: the server holds nothing and sends no
@@ -79,7 +81,8 @@ run() {
 }
 
 # checked NAME RULE SERVER_SR CLIENT_SR: a write_check run; prints its
-# figures, checks the bytes, sets lost and resent.
+# figures, checks the bytes, sets lost, resent, timeouts, stalls and
+# timeout_allowance.
 checked() {
   local name=$1 rule=$2
   run "$name" "$3" "$4" "$rule" check
@@ -90,15 +93,30 @@ checked() {
   resent=$(stat_of "$c" retransmitted_pkts)
   [ -n "$lost" ] && [ "$lost" -gt 100 ] || fail "$name: the rule dropped ${lost:-nothing}"
   resent=${resent:-0}
+  # A stalled engine (engine_stalls: a frozen virtual CPU on a busy VM,
+  # docs/PERFORMANCE.md) sends its peer into local ACK timeouts, and each
+  # resends up to a window (512 packets) the responder already has: those
+  # are allowed beyond selective repeat's own bound, only in such a run.
+  timeouts=$(stat_of "$c" completer_retry_err); timeouts=${timeouts:-0}
+  local cstalls sstalls cstall_us sstall_us
+  cstalls=$(stat_of "$c" engine_stalls); sstalls=$(stat_of "$s" engine_stalls)
+  cstall_us=$(stat_of "$c" engine_stalled_us); sstall_us=$(stat_of "$s" engine_stalled_us)
+  stalls=$(( ${cstalls:-0} + ${sstalls:-0} ))
+  timeout_allowance=0
+  [ "$stalls" -gt 0 ] && timeout_allowance=$(( timeouts * 512 ))
   echo "[$name] $(grep -E '^passes' "$c"); dropped $lost, retransmitted $resent," \
-       "SACKs $(stat_of "$c" sr_sack_rcvd), held $(stat_of "$s" sr_held_pkts), RTOs $(stat_of "$c" sr_timeouts)"
+       "SACKs $(stat_of "$c" sr_sack_rcvd), held $(stat_of "$s" sr_held_pkts), RTOs $(stat_of "$c" sr_timeouts)," \
+       "ACK timeouts $timeouts, engine stalls $stalls (server ${sstall_us:-0} us, client ${cstall_us:-0} us)," \
+       "server duplicates $(stat_of "$s" duplicate_request)"
 }
 
 # 1. Selective repeat at both ends.
 for case in "random:loss random 1%" "gemodel:loss gemodel 0.5% 30% 50% 0%"; do
   name=${case%%:*}
   checked "sr_$name" "${case#*:}" on on
-  [ $(( resent * 10 )) -le $(( lost * 11 )) ] || fail "sr_$name: $resent retransmitted for $lost lost (more than 1.1 per loss)"
+  [ $(( resent * 10 )) -le $(( lost * 11 + timeout_allowance * 10 )) ] ||
+    fail "sr_$name: $resent retransmitted for $lost lost (more than 1.1 per loss," \
+         "$timeout_allowance allowed for $timeouts ACK timeouts after $stalls engine stalls)"
   [ -n "$(stat_of "$dir/sr_$name.client.log" sr_sack_rcvd)" ] || fail "sr_$name: no SACK reached the client"
 done
 
