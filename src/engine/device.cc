@@ -1181,7 +1181,7 @@ std::vector<std::string> Device::FaultReport() {
 
 std::string Device::LinkReport() {
   io::DpdkPort::Stats s;
-  if (!dpdk_.ReadStats(&s)) return {};
+  if (!ReadLinkStats(&s)) return {};
   std::string out = "link";
   for (const auto& f : io::DpdkPort::kStatFields) absl::StrAppend(&out, " ", f.name, " ", s.*f.field);
   return out;

@@ -1012,12 +1012,9 @@ void Device::FlushTx(Worker& w) {
     done += rte_eth_tx_burst(dpdk_.port_id(), w.index, w.tx.data() + done, n - done);
   }
   // What the link did not take stays queued, in order, for the next turn.
-  if (done < n) [[unlikely]] {
-    if (!w.tx_link_blocked) Bump(w.stats.tx_link_full);
-    w.tx_link_blocked = true;
-  } else {
-    w.tx_link_blocked = false;
-  }
+  const bool blocked = done < n;
+  if (blocked && !w.tx_link_blocked) [[unlikely]] Bump(w.stats.tx_link_full);
+  w.tx_link_blocked = blocked;
   w.tx.erase(w.tx.begin(), w.tx.begin() + done);
   w.tx_judged = w.tx.size();
 }
