@@ -102,7 +102,10 @@ struct Manager::Id {
   // The connection.
   uint32_t local_comm_id = 0, remote_comm_id = 0;
   uint64_t remote_guid = 0, tid = 0;
-  uint32_t local_qpn = 0, remote_qpn = 0, local_psn = 0, remote_psn = 0;
+  uint32_t local_qpn = 0, remote_qpn = 0;
+  // The Starting PSNs of the REQ/REP: ours is what our QP receives at, the
+  // peer's is what our QP sends with.
+  uint32_t local_psn = 0, remote_psn = 0;
   uint8_t responder_resources = 0, initiator_depth = 0, retry_count = 7, rnr_retry = 7, path_mtu = 3;
   uint8_t srq = 0, flow_control = 0, remote_ack_delay = 15;
   uint8_t remote_cm_timeout = kCmResponseTimeout, max_cm_retries = kMaxCmRetries;
@@ -773,7 +776,11 @@ int Manager::InitQpAttr(uint32_t handle, uint32_t state, QpAttr* a) const {
       a->ah = AhTo(*id, id->dgid);
       a->path_mtu = id->path_mtu;
       a->dest_qp_num = id->remote_qpn;
-      a->rq_psn = id->remote_psn;
+      // The Starting PSN this side put in its REQ or REP is the PSN its own
+      // QP receives at; the peer sends with it. Linux: ib_send_cm_req and
+      // ib_send_cm_rep keep their message's PSN as rq_psn, cm_req_handler
+      // and cm_rep_handler take the peer's as sq_psn (cm.c).
+      a->rq_psn = id->local_psn;
       a->max_dest_rd_atomic = id->responder_resources;
       a->min_rnr_timer = 0;
       return 0;
@@ -782,7 +789,7 @@ int Manager::InitQpAttr(uint32_t handle, uint32_t state, QpAttr* a) const {
       if (!connected) return -EINVAL;
       a->mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                 IBV_QP_MAX_QP_RD_ATOMIC;
-      a->sq_psn = id->local_psn;
+      a->sq_psn = id->remote_psn;  // the Starting PSN of the peer's REQ or REP
       a->timeout = AckTimeout(*id);
       a->retry_cnt = id->retry_count;
       a->rnr_retry = id->rnr_retry;

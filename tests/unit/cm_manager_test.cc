@@ -223,6 +223,38 @@ TEST_F(CmManager, HandshakeGivesBothSidesMatchingQpAttributes) {
   EXPECT_EQ(a_rtr.mask, rc_rtr);
 }
 
+// The Starting PSN of a REQ or REP is the PSN the sender's own QP receives
+// at (Linux cm.c: ib_send_cm_req/rep keep it as rq_psn, the handlers of the
+// peer take it as sq_psn). Symmetry alone cannot catch the opposite reading:
+// two droce ends that share it agree with each other and with no one else.
+TEST_F(CmManager, StartingPsnIsTheSendersReceivePsn) {
+  std::vector<Mad> seen;
+  wire.drop = [&](const std::array<uint8_t, kMadSize>& m) {
+    Mad d;
+    if (decode(m, &d) == MadError::kOk) seen.push_back(d);
+    return false;
+  };
+  auto [ia, ib] = Establish();
+  const Req* req = nullptr;
+  const Rep* rep = nullptr;
+  for (const Mad& m : seen) {
+    if (const auto* r = std::get_if<Req>(&m.msg)) req = r;
+    if (const auto* r = std::get_if<Rep>(&m.msg)) rep = r;
+  }
+  ASSERT_NE(req, nullptr);
+  ASSERT_NE(rep, nullptr);
+  QpAttr a_rtr, a_rts, b_rtr, b_rts;
+  ASSERT_EQ(a.mgr.InitQpAttr(ia, IBV_QPS_RTR, &a_rtr), 0);
+  ASSERT_EQ(a.mgr.InitQpAttr(ia, IBV_QPS_RTS, &a_rts), 0);
+  ASSERT_EQ(b.mgr.InitQpAttr(ib, IBV_QPS_RTR, &b_rtr), 0);
+  ASSERT_EQ(b.mgr.InitQpAttr(ib, IBV_QPS_RTS, &b_rts), 0);
+  EXPECT_EQ(a_rtr.rq_psn, req->starting_psn);  // the active side receives at its REQ's PSN
+  EXPECT_EQ(b_rts.sq_psn, req->starting_psn);  // and the passive side sends with it
+  EXPECT_EQ(b_rtr.rq_psn, rep->starting_psn);  // the passive side receives at its REP's PSN
+  EXPECT_EQ(a_rts.sq_psn, rep->starting_psn);
+  EXPECT_NE(req->starting_psn, rep->starting_psn);  // random 24-bit PSNs; a tie would hide a swap
+}
+
 TEST_F(CmManager, DisconnectThenTimewaitExit) {
   auto [ia, ib] = Establish();
   ASSERT_EQ(a.mgr.Disconnect(ia), 0);
