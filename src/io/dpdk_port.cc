@@ -409,9 +409,13 @@ absl::Status DpdkPort::Open(const PortOptions& opts) {
 absl::Status DpdkPort::SetMac(const wire::MacAddr& mac) {
   rte_ether_addr a{};
   std::memcpy(a.addr_bytes, mac.data(), 6);
-  // Virtual ports may not support changing it; droce then just sends from
-  // this address and accepts frames to it.
-  rte_eth_dev_default_mac_addr_set(port_id_, &a);
+  // af_packet and af_xdp sit on a kernel interface that the kernel keeps
+  // using: their PMDs would change that interface's own MAC (SIOCSIFHWADDR)
+  // under the kernel's feet and its neighbours' caches. droce instead sends
+  // from its address and receives frames to it in promiscuous mode, as a
+  // second host on the wire. Other virtual ports may not support changing
+  // it either; droce then does the same.
+  if (driver_ != "net_af_packet" && driver_ != "net_af_xdp") rte_eth_dev_default_mac_addr_set(port_id_, &a);
   mac_ = mac;
   return absl::OkStatus();
 }
