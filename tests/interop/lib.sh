@@ -129,12 +129,15 @@ droce_link() {
 
 # droce_argv SECONDS [EXEC OPTIONS] -- PROGRAM ARGS...: sets argv to the
 # command that runs a program through droce in the namespace, under timeout
-# (whose pid is its process group). DROCE_STATS=1: counters at exit.
+# (whose pid is its process group). DROCE_STATS=1: counters at exit;
+# DROCE_CTL=1: `droce ctl --pid` reaches it (droce_ctl below);
+# droce_fault, if set, is its --fault (docs/LAB.md).
 droce_argv() {
   local bound=$1
   shift
-  argv=(env DROCE_STATS=1 timeout -k 5 "$bound" ip netns exec "$ns" "$launcher" exec --link "$(droce_link)"
-    --ip "$droce_ip/24" --ip6 "$droce_ip6/64" --mac "$droce_mac" --mtu "${droce_mtu:-4096}" "$@")
+  argv=(env DROCE_STATS=1 DROCE_CTL=1 timeout -k 5 "$bound" ip netns exec "$ns" "$launcher" exec --link "$(droce_link)"
+    --ip "$droce_ip/24" --ip6 "$droce_ip6/64" --mac "$droce_mac" --mtu "${droce_mtu:-4096}"
+    ${droce_fault:+--fault "$droce_fault"} "$@")
 }
 
 # droce_bg NAME SECONDS [EXEC OPTIONS] -- PROGRAM ARGS...: in the background,
@@ -143,7 +146,8 @@ droce_bg() {
   local name=$1 argv
   shift
   droce_argv "$@"
-  "${argv[@]}" </dev/null >"$cdir/$name.log" 2>&1 &
+  echo "+ ${argv[*]}" >"$cdir/$name.log"
+  "${argv[@]}" </dev/null >>"$cdir/$name.log" 2>&1 &
   last_pid=$!
   bg_pids+=("$last_pid")
 }
@@ -154,7 +158,8 @@ droce_fg() {
   local name=$1 argv
   shift
   droce_argv "$@"
-  "${argv[@]}" </dev/null >"$cdir/$name.log" 2>&1
+  echo "+ ${argv[*]}" >"$cdir/$name.log"
+  "${argv[@]}" </dev/null >>"$cdir/$name.log" 2>&1
 }
 
 # finish PID [SECONDS]: waits for a background process (at most SECONDS,
@@ -220,7 +225,7 @@ retry() {
 }
 
 case_capture_start() {
-  ip netns exec "$ns" tcpdump -i "$tap" -s 256 -U -w "$cdir/tap.pcap" \
+  ip netns exec "$ns" tcpdump -i "$tap" -s 512 -U -w "$cdir/tap.pcap" \
     "not (tcp port 7777)" >"$cdir/tcpdump.log" 2>&1 &
   capture_pid=$!
   local i
@@ -307,5 +312,15 @@ mac_kept() {
   [ "$now" = "$tap_mac" ] || { echo "the tap's MAC changed from $tap_mac to $now"; return 1; }
   guest -t 10 ping -c 1 -W 3 "$host_ip" >/dev/null || { echo "the guest no longer reaches $host_ip"; return 1; }
   echo "the tap kept its MAC $now (droce used $droce_mac)"
+}
+
+# droce_ctl TIMEOUT_PID PROGRAM CTL-ARGS...: `droce ctl` on the droce program
+# PROGRAM started by droce_bg (pid TIMEOUT_PID).
+droce_ctl() {
+  local tpid=$1 prog=$2 pid
+  shift 2
+  pid=$(pgrep -P "$tpid" -x "$prog" | head -n 1)
+  [ -n "$pid" ] || { echo "no $prog under $tpid"; return 1; }
+  ip netns exec "$ns" "$launcher" ctl --pid "$pid" "$@"  # an abstract socket: per namespace
 }
 
