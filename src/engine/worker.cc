@@ -983,8 +983,14 @@ void Device::SendBeforeDestroy(QpEntry* e) {
   // every drive lock held (RunOnWorker), as a turn would. Only from RTS: a
   // QP in another state would complete them in error, and a destroyed QP's
   // WQEs get no completions.
-  if (e->qp->state() != transport::QpState::kRts) return;
   Worker& w = *e->owner;
+  if (e->qp->state() != transport::QpState::kRts) {
+    // What the QP queued before it left RTS (the ACKs a modify to ERR
+    // sent, transport/responder_rd.cc) leaves now, not with a later turn
+    // that a process about to exit may never run.
+    if (!w.tx.empty()) FlushTx(w);
+    return;
+  }
   HandleDoorbells(w);
   for (int i = 0; i < 64 && e->qp->PollSend(kSendBudget); ++i) {
   }

@@ -300,6 +300,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     if (next == QpState::kReset) {
       ResetQueues();
     } else if (next == QpState::kErr) {
+      if (cur == QpState::kRtr || cur == QpState::kRts || cur == QpState::kSqd) SendQueuedAcks();
       EnterError();
     } else if (next == QpState::kRts && cur != QpState::kSqd) {
       retries_left_ = attr_.retry_cnt;

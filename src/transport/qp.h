@@ -461,6 +461,7 @@ class Qp {
   void OnReadRequest(const wire::PacketView& pkt, bool duplicate, uint32_t pd);
   void OnAtomicRequest(const wire::PacketView& pkt, bool duplicate);
   bool SendResponses(unsigned* budget);
+  void SendQueuedAcks();
   bool BuildReadResponse(Response& r);
   bool BuildAck(const Response& r);
   // qp.cc

@@ -207,4 +207,21 @@ bool Qp::SendResponses(unsigned* budget) {
   return resp_head_ != resp_tail_;
 }
 
+// Before the QP leaves for the error state (a modify to ERR: rdma_disconnect
+// does one before the QP is destroyed), the plain ACKs still queued go out:
+// they acknowledge requests already executed, a SEND's receive completion
+// already visible to the application. Dropped, they would leave the peer
+// resending a message that was delivered to a QP that is gone, until its
+// retries run out (fio's server took its client's last SEND, disconnected
+// and exited before the turn that would have sent the ACK; rxe ACKs on
+// receipt). Stops at the first READ response or atomic ACK: a later ACK
+// would claim their PSNs, and an erroring QP sends no more data.
+void Qp::SendQueuedAcks() {
+  while (resp_head_ != resp_tail_) {
+    const Response& r = responses_[resp_head_ % responses_.size()];
+    if (r.kind != Response::kAck || !BuildAck(r)) return;
+    ++resp_head_;
+  }
+}
+
 }  // namespace droce::transport

@@ -355,6 +355,30 @@ TEST(TransportSim, AcksOfOneBurstLeaveAsOneFrame) {
   EXPECT_GE(b.env->stats.ack_coalesced, static_cast<uint64_t>(kMsgs - 4));
 }
 
+// The ACK of a SEND whose receive completion the application has already
+// seen goes out even if the application then moves its QP to ERR before the
+// turn that would have sent it (rdma_disconnect, then destroy: fio's server
+// over rdma_cm did this to its client's last SEND, and the Linux client
+// resent it to a QP that was gone until it gave up).
+TEST(TransportSim, QueuedAckLeavesBeforeTheQpGoesToError) {
+  SimPair p(LinkFaults{}, 16);
+  ASSERT_EQ(0, p.Init(16, 64, 4096));
+  SimQp &a = p.a, &b = p.b;
+  b.PostRecv(70, 0, 100);
+  a.PostSend(7, 0, 100);
+  std::vector<queue::Cqe> c(8);
+  // Stops as soon as the receive completes: its ACK is still queued.
+  ASSERT_TRUE(p.net.Run([&] { return b.rcq_c->Poll(c.data(), 8) == 1; }));
+  ASSERT_EQ(c[0].status, queue::wc::kSuccess);
+  ASSERT_TRUE(b.qp->HasResponses()) << "the test needs the ACK still queued";
+  transport::QpAttr err;
+  err.state = transport::QpState::kErr;
+  ASSERT_EQ(b.qp->Modify(err, transport::kAttrState), 0);
+  ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
+  EXPECT_EQ(c[0].status, queue::wc::kSuccess) << "the SEND was delivered; its ACK must not be lost";
+  EXPECT_EQ(a.env->stats.retry_exceeded_err, 0u);
+}
+
 TEST(TransportSim, RnrNakThenRetry) {
   SimPair p(LinkFaults{}, 9);
   ASSERT_EQ(0, p.Init(16, 64, 4096, {.mtu = 3}));
