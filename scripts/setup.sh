@@ -29,6 +29,9 @@ packages=(
   python3-pyverbs
   # Open MPI over droce (pml ucx; tests/integration/mpi_jobs.sh, slow suite)
   openmpi-bin libopenmpi-dev
+  # the Linux RoCE peer of the interop suite (tools/linux-peer): QEMU, busybox
+  # for its initramfs, kmod to order the guest kernel's modules
+  qemu-system-x86 busybox-static kmod
   # tools used by the scripts and tests
   iproute2 procps iputils-ping tcpdump
   # bench/run: dpdk-testpmd (the raw-DPDK ceiling) and the kernel TCP baselines
@@ -45,8 +48,15 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The Linux peer's kernel and initramfs (downloaded with apt-get download,
+# never installed; cached in /var/cache/droce/linux-peer).
+prepare_peer() {
+  "$(dirname "${BASH_SOURCE[0]}")/../tools/linux-peer/linux-peer" prepare
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages already installed"
+  prepare_peer
   exit 0
 fi
 
@@ -65,4 +75,5 @@ apt_opts=(-o DPkg::Lock::Timeout=300)
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y \
   --no-install-recommends "${missing[@]}"
+prepare_peer
 echo "setup: done"

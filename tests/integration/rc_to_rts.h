@@ -1,13 +1,14 @@
 // The test clients' RC connection: one QP of droce0 through INIT, RTR and
-// RTS towards `dest` at `gid` (MTU 1024, 4 reads and atomics in flight,
-// retries 7). Returns nullptr, or the name of the step that failed.
+// RTS towards `dest` at `gid` from local GID `sgid_index` (MTU 1024, 4 reads and atomics in flight,
+// retries 7, local ACK timeout `timeout`: 10 is 4 ms). Returns nullptr, or the name of the step that failed.
 #pragma once
 
 #include <infiniband/verbs.h>
 
 #include <cstdint>
 
-inline const char* RcToRts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
+inline const char* RcToRts(ibv_qp* q, uint32_t dest, const ibv_gid& gid, uint8_t sgid_index = 0,
+                           uint8_t timeout = 10) {
   ibv_qp_attr at{};
   at.qp_state = IBV_QPS_INIT;
   at.port_num = 1;
@@ -21,6 +22,7 @@ inline const char* RcToRts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
   at.min_rnr_timer = 1;
   at.ah_attr.is_global = 1;
   at.ah_attr.grh.dgid = gid;
+  at.ah_attr.grh.sgid_index = sgid_index;
   at.ah_attr.grh.hop_limit = 64;
   at.ah_attr.port_num = 1;
   if (ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
@@ -29,7 +31,7 @@ inline const char* RcToRts(ibv_qp* q, uint32_t dest, const ibv_gid& gid) {
   }
   at = {};
   at.qp_state = IBV_QPS_RTS;
-  at.timeout = 10;
+  at.timeout = timeout;
   at.retry_cnt = 7;
   at.rnr_retry = 7;
   at.max_rd_atomic = 4;

@@ -10,9 +10,12 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdlib>
 #include <string>
 
-// Listens on 127.0.0.1:port and accepts one connection; the fd, or -1.
+// Listens on 127.0.0.1:port (every address with TCP_PAIR_ANY=1: a peer in
+// a VM or namespace, as the interop suite's) and accepts one connection;
+// the fd, or -1.
 inline int TcpAcceptOne(int port) {
   const int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (ls < 0) return -1;
@@ -21,7 +24,8 @@ inline int TcpAcceptOne(int port) {
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_port = htons(static_cast<uint16_t>(port));
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const char* any = std::getenv("TCP_PAIR_ANY");
+  sa.sin_addr.s_addr = htonl(any != nullptr && any[0] == '1' ? INADDR_ANY : INADDR_LOOPBACK);
   int fd = -1;
   if (bind(ls, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 && listen(ls, 1) == 0) {
     fd = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);

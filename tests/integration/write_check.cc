@@ -3,6 +3,9 @@
 // not check data). Run under droce (droce exec):
 //   write_check server PORT
 //   write_check client HOST PORT SECONDS
+// (WRITE_CHECK_GID=N: the local GID index, default 0; WRITE_CHECK_TIMEOUT=T:
+// the QP's local ACK timeout, default 10.) It also runs on a
+// kernel RDMA device (the interop suite runs it on Linux rxe).
 // The client writes the server's 256 slots of 64 KiB in passes, each pass
 // with its own seeded contents and up to 32 WRITEs in flight; a SEND with
 // the pass number in its immediate data ends a pass (RC: after all its
@@ -98,13 +101,27 @@ void Open(Ends* e) {
   if (e->mr == nullptr || e->ctl_mr == nullptr) die("ibv_reg_mr");
 }
 
+// The port's GID to use (WRITE_CHECK_GID, default 0): another stack's
+// RoCEv2 IPv4 GID may sit elsewhere (Linux rxe: 1, after the link-local).
+uint8_t GidIndex() {
+  const char* v = std::getenv("WRITE_CHECK_GID");
+  return v != nullptr ? static_cast<uint8_t>(std::atoi(v)) : 0;
+}
+
+// The local ACK timeout (WRITE_CHECK_TIMEOUT, default 10: 4 ms, as on
+// memif; a peer in a VM under TCG stalls for longer than 8 such timeouts).
+uint8_t AckTimeout() {
+  const char* v = std::getenv("WRITE_CHECK_TIMEOUT");
+  return v != nullptr ? static_cast<uint8_t>(std::atoi(v)) : 10;
+}
+
 Wire Local(const Ends& e) {
   Wire w{};
   w.qpn = e.qp->qp_num;
   w.rkey = e.mr->rkey;
   w.addr = reinterpret_cast<uint64_t>(e.buf.data());
   ibv_gid gid;
-  if (ibv_query_gid(e.ctx, 1, 0, &gid)) die("ibv_query_gid");
+  if (ibv_query_gid(e.ctx, 1, GidIndex(), &gid)) die("ibv_query_gid");
   std::memcpy(w.gid, gid.raw, 16);
   return w;
 }
@@ -120,7 +137,7 @@ void Close(Ends* e) {
 void Connect(Ends* e, const Wire& peer) {
   ibv_gid gid;
   std::memcpy(gid.raw, peer.gid, 16);
-  if (const char* step = RcToRts(e->qp, peer.qpn, gid)) {
+  if (const char* step = RcToRts(e->qp, peer.qpn, gid, GidIndex(), AckTimeout())) {
     std::fprintf(stderr, "write_check: modify to %s failed\n", step);
     std::exit(1);
   }

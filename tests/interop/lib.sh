@@ -39,9 +39,17 @@ bg_pids=()
 passed=() failed=() skipped=()
 link_mtu=${DROCE_INTEROP_MTU:-9000}
 
+# kill_tree PID: PID's descendants, deepest first (a case's foreground
+# commands when the group is stopped halfway).
+kill_tree() {
+  local c
+  for c in $(pgrep -P "$1"); do kill_tree "$c"; kill -TERM "$c" 2>/dev/null; done
+}
+
 interop_cleanup() {
   local p
   for p in "${bg_pids[@]}"; do kill_group "$p"; done
+  kill_tree $$
   [ -n "$peer_dir" ] && "$peer_tool" stop --dir "$peer_dir" 2>/dev/null
   ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
   ip netns del "$ns" 2>/dev/null
@@ -107,7 +115,11 @@ interop_setup() {
 guest() {
   local bound=60
   [ "$1" = -t ] && { bound=$2; shift 2; }
-  timeout -k 5 $(( bound + 15 )) "$peer_tool" run --dir "$peer_dir" --timeout "$bound" -- "$@"
+  # In the background and waited for: bash runs a trap (the group stopped
+  # by meson's timeout) only once its foreground command ends, a wait it
+  # interrupts at once.
+  timeout -k 5 $(( bound + 15 )) "$peer_tool" run --dir "$peer_dir" --timeout "$bound" -- "$@" &
+  wait $!
 }
 
 # guest_bg NAME SECONDS CMD...: guest in the background, output in
@@ -159,7 +171,8 @@ droce_fg() {
   shift
   droce_argv "$@"
   echo "+ ${argv[*]}" >"$cdir/$name.log"
-  "${argv[@]}" </dev/null >>"$cdir/$name.log" 2>&1
+  "${argv[@]}" </dev/null >>"$cdir/$name.log" 2>&1 &
+  wait $!  # interruptible, as in guest()
 }
 
 # finish PID [SECONDS]: waits for a background process (at most SECONDS,
@@ -204,6 +217,18 @@ wait_guest_listen() {
   hex=$(printf ':%04X' "$1")
   for i in $(seq 60); do
     guest -t 5 "awk 'FNR > 1 && substr(\$2, length(\$2) - 4) == \"$hex\" && \$4 == \"0A\" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6" && return 0
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.3
+  done
+  return 1
+}
+
+# wait_guest_cm_listen PORT PID: until an rdma_cm id listens on PORT in the
+# guest (30 s).
+wait_guest_cm_listen() {
+  local i
+  for i in $(seq 60); do
+    guest -t 5 rdma res show cm_id 2>/dev/null | grep -q "state LISTEN .*:$1\b" && return 0
     kill -0 "$2" 2>/dev/null || return 1
     sleep 0.3
   done
@@ -274,7 +299,8 @@ case_run() {
   mkdir -p "$cdir"
   bg_pids=()
   case_capture_start
-  ( "$@" ) >"$cdir/case.log" 2>&1
+  ( "$@" ) >"$cdir/case.log" 2>&1 &
+  wait $!  # interruptible, as in guest()
   rc=$?
   local p
   for p in "${bg_pids[@]}"; do kill_group "$p"; done
