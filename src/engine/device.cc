@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include <rte_errno.h>
@@ -248,6 +249,11 @@ absl::Status Device::Setup(const Config& cfg) {
     capture_ = *std::move(c);
     for (const auto& w : workers_) w->capture = std::make_unique<CaptureTap>(capture_);
   }
+  // QPNs start at a random place, as a kernel's move on from process to
+  // process: a peer's CM refuses a REQ from a (CA GUID, QPN) it still holds
+  // in timewait as stale (Linux: cm_insert_remote_qpn, REJ reason 10), and
+  // every process here would otherwise hand out 0x11 first.
+  next_qpn_ = 0x11 + std::random_device{}() % (0xFFFF00 - 0x11);
   // DROCE_TRACE: the event trace of every QP from the first.
   if (cfg.trace) {
     lab::TraceOptions o = *cfg.trace;

@@ -147,9 +147,13 @@ droce_link() {
 droce_argv() {
   local bound=$1
   shift
+  local addr=(--ip "$droce_ip/24" --ip6 "$droce_ip6/64" --mac "$droce_mac")
+  # droce_shares_host=1: droce takes the tap's own address and MAC, as rxe
+  # takes its netdev's (for software that finds RDMA addresses among the
+  # kernel's interfaces: tests/interop/middleware.sh).
+  [ -n "${droce_shares_host:-}" ] && addr=(--ip "$host_ip/24" --ip6 "$host_ip6/64")
   argv=(env DROCE_STATS=1 DROCE_CTL=1 timeout -k 5 "$bound" ip netns exec "$ns" "$launcher" exec --link "$(droce_link)"
-    --ip "$droce_ip/24" --ip6 "$droce_ip6/64" --mac "$droce_mac" --mtu "${droce_mtu:-4096}"
-    ${droce_fault:+--fault "$droce_fault"} "$@")
+    "${addr[@]}" --mtu "${droce_mtu:-4096}" ${droce_fault:+--fault "$droce_fault"} "$@")
 }
 
 # droce_bg NAME SECONDS [EXEC OPTIONS] -- PROGRAM ARGS...: in the background,
@@ -337,7 +341,9 @@ mac_kept() {
   now=$(ip -n "$ns" -br link show "$tap" | awk '{ print $3 }')
   [ "$now" = "$tap_mac" ] || { echo "the tap's MAC changed from $tap_mac to $now"; return 1; }
   guest -t 10 ping -c 1 -W 3 "$host_ip" >/dev/null || { echo "the guest no longer reaches $host_ip"; return 1; }
-  echo "the tap kept its MAC $now (droce used $droce_mac)"
+  local used=$droce_mac
+  [ -n "${droce_shares_host:-}" ] && used="the same (it shares the address)"
+  echo "the tap kept its MAC $now (droce used $used)"
 }
 
 # droce_ctl TIMEOUT_PID PROGRAM CTL-ARGS...: `droce ctl` on the droce program
