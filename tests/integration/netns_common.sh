@@ -111,15 +111,6 @@ link_for() {
   esac
 }
 
-# ns_tcp_listening NS PORT: true if a socket listens on TCP PORT in NS.
-ns_tcp_listening() {
-  local hex
-  hex=$(printf ':%04X' "$2")
-  ip netns exec "$1" awk -v p="$hex" \
-    'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { found = 1 } END { exit !found }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null
-}
-
 # wait_listen NS PORT PID SECONDS: waits until PID listens on PORT in NS.
 wait_listen() {
   local deadline=$(( SECONDS + $4 ))

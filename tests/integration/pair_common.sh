@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Shared by the scripts that run a server/client pair of an ibverbs program
 # (pingpong_pair.sh, netns_pingpong.sh, netns_gateway.sh; sourced, not run):
-# process-group cleanup, the client's connect retries, the server's end.
+# process-group cleanup, TCP listener checks, the client's connect retries,
+# the server's end (tests/interop/lib.sh uses it too).
 # shellcheck disable=SC2034,SC2154  # client_rc, server_rc, attempt: read by the sourcing scripts; last_pid: set by START_FN
 
 # stat_of LOG COUNTER: the first "droce:   COUNTER   N" line's N (a
@@ -26,6 +27,15 @@ wait_tcp_listen() {
     sleep 0.1
   done
   return 1
+}
+
+# ns_tcp_listening NS PORT: true if a socket listens on TCP PORT in NS.
+ns_tcp_listening() {
+  local hex
+  hex=$(printf ':%04X' "$2")
+  ip netns exec "$1" awk -v p="$hex" \
+    'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { found = 1 } END { exit !found }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null
 }
 
 # `timeout` puts itself (and so the launched program) into a process group of

@@ -169,14 +169,11 @@ droce_bg() {
 }
 
 # droce_fg NAME SECONDS [EXEC OPTIONS] -- PROGRAM ARGS...: output in
-# $cdir/NAME.log; returns the program's status.
+# $cdir/NAME.log; returns the program's status (waited for in the
+# background: interruptible, as in guest()).
 droce_fg() {
-  local name=$1 argv
-  shift
-  droce_argv "$@"
-  echo "+ ${argv[*]}" >"$cdir/$name.log"
-  "${argv[@]}" </dev/null >>"$cdir/$name.log" 2>&1 &
-  wait $!  # interruptible, as in guest()
+  droce_bg "$@"
+  wait "$last_pid"
 }
 
 # finish PID [SECONDS]: waits for a background process (at most SECONDS,
@@ -194,14 +191,7 @@ finish() {
 # host_listening PORT: a TCP listener on PORT in the namespace (a droce-side
 # server's out-of-band socket).
 host_listening() {
-  ns_tcp_listening_() {
-    local hex
-    hex=$(printf ':%04X' "$1")
-    ip netns exec "$ns" awk -v p="$hex" \
-      'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
-      /proc/net/tcp /proc/net/tcp6 2>/dev/null
-  }
-  ns_tcp_listening_ "$1"
+  ns_tcp_listening "$ns" "$1"
 }
 
 # wait_host_listen PORT PID: until PORT listens in the namespace (20 s).

@@ -47,7 +47,7 @@ def _serve_one(conn):
         proc = subprocess.Popen(
             ["/bin/bash", "-c", req["cmd"]], stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd="/tmp")
+            start_new_session=True, cwd=os.environ.get("TMPDIR", "/"))
         deadline = time.monotonic() + bound
         killed_at = None
         status = None

@@ -1,22 +1,28 @@
 #!/bin/bash
 # PID 1 of the Linux peer (a QEMU guest running Debian's stock kernel on the
 # host's root, shared read-only over virtio-9p). The initramfs has loaded the
-# modules; this script makes the writable places, configures eth0 from the
+# modules; this script makes a few writable places, configures eth0 from the
 # kernel command line, adds Soft-RoCE on it (rdma_rxe) and runs the command
 # agent (tools/linux-peer/agent.py) that the host drives the guest through.
 #
 # Kernel command line: droce.ip=A.B.C.D/N droce.ip6=X::Y/N droce.mtu=M
 # droce.agent=PATH droce.port=P.
-export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
 
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm 2>/dev/null
 mount -t devpts devpts /dev/pts
-for d in /dev/shm /tmp /run /var/tmp /root /var/log /var/lib/dhcp; do
+# Writable places on the read-only root. Not /tmp, /var/tmp or /root: the
+# host's checkout (and with it this script, the agent and the programs the
+# tests run) may be under any of them, and a tmpfs there would hide it.
+# Commands get HOME and TMPDIR on tmpfs instead.
+for d in /dev/shm /run /var/log /var/lib/dhcp; do
   mount -t tmpfs tmpfs "$d" 2>/dev/null
 done
+mkdir -p /run/home /run/tmp
+export HOME=/run/home TMPDIR=/run/tmp
 mount -t configfs configfs /sys/kernel/config 2>/dev/null
 mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
 echo linux-peer >/proc/sys/kernel/hostname
