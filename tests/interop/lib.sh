@@ -300,7 +300,26 @@ case_run() {
   for p in "${bg_pids[@]}"; do kill_group "$p"; done
   bg_pids=()
   case_capture_stop
+  # Nothing of the case may outlive it: a droce process left on the tap
+  # answers the next case's CM messages too. Killed and reported.
+  local left=""
+  for p in $(ip netns pids "$ns" 2>/dev/null); do
+    case $(cat "/proc/$p/comm" 2>/dev/null) in
+      qemu-system-x86 | "") ;;
+      *) left+=" $p:$(cat "/proc/$p/comm" 2>/dev/null)"; kill -9 "$p" 2>/dev/null ;;
+    esac
+  done
+  [ -n "$left" ] && echo "NOTE: $name left processes in the namespace, killed:$left"
   local took=$(( SECONDS - t0 ))
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && [ -n "${case_retry:-}" ] && [ -z "${case_retrying:-}" ]; then
+    # A case marked flaky (case_retry, with the reason where it is set) runs
+    # once more; the first attempt's logs stay in NAME.first-attempt.
+    echo "RETRY: $name (${took} s, status $rc): $(tail -n 1 "$cdir/case.log"); logs in $cdir.first-attempt"
+    rm -rf "$cdir.first-attempt"
+    mv "$cdir" "$cdir.first-attempt"
+    case_retrying=1 case_run "$name" "$@"
+    return
+  fi
   if [ "$rc" -eq 0 ]; then
     echo "PASS: $name (${took} s) $(tail -n 1 "$cdir/case.log")"
     passed+=("$name")
