@@ -301,7 +301,10 @@ case_run() {
   bg_pids=()
   case_capture_stop
   # Nothing of the case may outlive it: a droce process left on the tap
-  # answers the next case's CM messages too. Killed and reported.
+  # answers the next case's CM messages too (a server whose client failed,
+  # one that serves until stopped). The case function ran in a subshell, so
+  # its background processes are not in bg_pids here: everything in the
+  # namespace but the guest goes, and is reported.
   local left=""
   for p in $(ip netns pids "$ns" 2>/dev/null); do
     case $(cat "/proc/$p/comm" 2>/dev/null) in
@@ -309,7 +312,7 @@ case_run() {
       *) left+=" $p:$(cat "/proc/$p/comm" 2>/dev/null)"; kill -9 "$p" 2>/dev/null ;;
     esac
   done
-  [ -n "$left" ] && echo "NOTE: $name left processes in the namespace, killed:$left"
+  [ -n "$left" ] && echo "NOTE: $name: killed what it left running in the namespace:$left"
   local took=$(( SECONDS - t0 ))
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ] && [ -n "${case_retry:-}" ] && [ -z "${case_retrying:-}" ]; then
     # A case marked flaky (case_retry, with the reason where it is set) runs
