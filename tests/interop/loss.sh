@@ -37,7 +37,7 @@ lossy() {
       droce_bg server 180 -- ibv_rc_pingpong -g "$droce_gid4" -p "$port" -n 100 -s 4096 -c
       s=$last_pid
       wait_host_listen "$port" "$s" || { echo "the droce server did not listen"; return 1; }
-      guest -t 150 ibv_rc_pingpong -g "$peer_gid4" -p "$port" -n 100 -s 4096 -c "$host_ip" \
+      guest -t 60 ibv_rc_pingpong -g "$peer_gid4" -p "$port" -n 100 -s 4096 -c "$host_ip" \
         >"$cdir/client.log" 2>&1 || { echo "the Linux client failed"; return 1; }
       finish "$s" 20 || { echo "the droce server failed"; return 1; }
       echo "$(grep -h 'bytes in' "$cdir/client.log" | tail -n 1); $(counters "$cdir/server.log")"
@@ -77,6 +77,16 @@ lossy() {
 for pct in 0.1 1 5; do
   for dirs in rx tx "tx rx"; do
     for verb in send write read; do
+      # ibv_rc_pingpong has no closing handshake: a side that finished exits
+      # and destroys its QP while the ACK of its last message to the other
+      # side may still be lost, which then ends in retry exceeded (droce) or,
+      # once the droce side is gone and its ARP entry with it, in rxe
+      # resending without end (it counts no retries while it cannot resolve
+      # the neighbour). At these loss rates that happens now and then, so
+      # the SEND cases run once more when they fail (and the Linux client is
+      # bounded to 60 s).
+      case_retry=""
+      [ "$verb" = send ] && case_retry=1
       case_run "${verb}_${pct}pct_${dirs// /_}" lossy "$verb" "$dirs" "$pct"
     done
   done
