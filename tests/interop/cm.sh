@@ -30,11 +30,7 @@ cm_pair() {
   server=("${server[@]//@S@/$s_addr}"); server=("${server[@]//@C@/$c_addr}")
   client=("${client[@]//@S@/$s_addr}"); client=("${client[@]//@C@/$c_addr}")
   local s
-  if [ "$side" = droce ]; then
-    droce_bg server 90 -- "${server[@]}"
-  else
-    guest_bg server 90 "${server[@]}"
-  fi
+  serve_on "$side" "${server[@]}"
   s=$last_pid
   sleep 1
   retry 10 "$s" run_client "$side" "${client[@]}" || { echo "the client failed"; return 1; }

@@ -17,11 +17,7 @@ fio_pair() {
   local port=$(( 9000 + RANDOM % 1000 )) s addr=$droce_ip
   [ "$side" = linux ] && addr=$peer_ip
   local common=(--ioengine=rdma --port="$port" --verb="$verb" --bs=64k --size=16m)
-  if [ "$side" = droce ]; then
-    droce_bg server 90 -- fio --name=srv "${common[@]}" --rw=read
-  else
-    guest_bg server 90 fio --name=srv "${common[@]}" --rw=read
-  fi
+  serve_on "$side" fio --name=srv "${common[@]}" --rw=read
   s=$last_pid
   if [ "$side" = droce ]; then
     sleep 2

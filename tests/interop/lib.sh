@@ -176,6 +176,19 @@ droce_fg() {
   wait "$last_pid"
 }
 
+# serve_on SIDE CMD...: the server CMD on SIDE (droce or linux), in the
+# background for at most 90 s, its output in $cdir/server.log, pid in
+# last_pid.
+serve_on() {
+  local side=$1
+  shift
+  if [ "$side" = droce ]; then
+    droce_bg server 90 -- "$@"
+  else
+    guest_bg server 90 "$@"
+  fi
+}
+
 # finish PID [SECONDS]: waits for a background process (at most SECONDS,
 # default 30, then kills its group); returns its status.
 finish() {

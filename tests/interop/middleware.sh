@@ -32,11 +32,7 @@ mw() {
   command -v "${server[1]}" >/dev/null || command -v "${server[0]}" >/dev/null ||
     { echo "${server[0]} not found"; return 77; }
   local s
-  if [ "$side" = droce ]; then
-    droce_bg server 90 -- "${server[@]}"
-  else
-    guest_bg server 90 "${server[@]}"
-  fi
+  serve_on "$side" "${server[@]}"
   s=$last_pid
   sleep 3
   if [ "$side" = droce ]; then
