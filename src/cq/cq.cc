@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <iterator>
 
 namespace droce::cq {
 
@@ -46,6 +47,17 @@ absl::StatusOr<std::unique_ptr<CqRegion>> CqRegion::Create(uint32_t min_entries)
   return r;
 }
 
+thread_local CqTurnHold* CqTurnHold::current_ = nullptr;
+
+CqTurnHold::CqTurnHold() { current_ = this; }
+
+void CqTurnHold::Release() {
+  for (unsigned i = 0; i < n_; ++i) held_[i]->Publish();
+  n_ = 0;
+  overflow_ = false;
+  if (current_ == this) current_ = nullptr;
+}
+
 bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
   std::lock_guard<SpinLock> l(lock_);
   if (prod_ - ring_.load_cons_acquire() >= ring_.size()) {
@@ -56,21 +68,58 @@ bool CqProducer::Push(const queue::Cqe& cqe, bool solicited) {
   }
   std::memcpy(ring_.slot(prod_), &cqe, sizeof(cqe));
   ++prod_;
+  const bool error = cqe.status != queue::wc::kSuccess;
+  CqTurnHold* hold = CqTurnHold::current_;
+  if (hold != nullptr && !error && (staged_ || hold->n_ < std::size(hold->held_))) {
+    // Held for the end of the turn (cq.h). An error completion is not held:
+    // it announces a QP gone to the error state, which no ACK of ours is
+    // owed for, and is published with what was held before it.
+    if (!staged_) {
+      staged_ = true;
+      hold->held_[hold->n_++] = this;
+    }
+    staged_solicited_ |= solicited;
+    ++staged_ok_;
+    return true;
+  }
+  // (Entries held before it are published with it; the CQ stays on its
+  // hold's list for later ones.)
+  const bool was_solicited = staged_solicited_ || solicited;
+  const uint32_t ok = staged_ok_ + (error ? 0 : 1);
+  staged_solicited_ = false;
+  staged_ok_ = 0;
   ring_.publish_prod(prod_);
+  Announce(error, was_solicited, ok);
+  return true;
+}
+
+void CqProducer::Publish() {
+  std::lock_guard<SpinLock> l(lock_);
+  if (!staged_) return;
+  staged_ = false;
+  if (staged_ok_ == 0) return;  // an error completion published them already
+  const bool solicited = staged_solicited_;
+  const uint32_t ok = staged_ok_;
+  staged_solicited_ = false;
+  staged_ok_ = 0;
+  ring_.publish_prod(prod_);
+  Announce(false, solicited, ok);
+}
+
+void CqProducer::Announce(bool error, bool solicited, uint32_t successes) {
   // Producer half of the Dekker pair described in cq.h.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const uint32_t arm = ctl_->arm.load(std::memory_order_relaxed);
-  if (arm == 0) return true;
-  const bool urgent = cqe.status != queue::wc::kSuccess || (solicited && !(arm & kArmNextComp));
+  if (arm == 0) return;
+  const bool urgent = error || (solicited && !(arm & kArmNextComp));
   if (urgent) {
     Fire();
   } else if (arm & kArmNextComp) {
     // Moderated: hold the event until the count is reached (or Tick fires it
     // when the period ends).
-    ++held_;
+    held_ += successes;
     if (mod_count_ != 0 ? held_ >= mod_count_ : mod_period_ns_ == 0) Fire();
   }
-  return true;
 }
 
 void CqProducer::Fire() {

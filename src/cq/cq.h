@@ -13,6 +13,16 @@
 // Clearing the arm is an exchange, so exactly one notification fires per arm
 // (arming is one-shot, IBA 11.4.2.2).
 //
+// A turn's completions are held (CqTurnHold): entered in the ring but the
+// producer index published, and the arm looked at, only when the hold ends,
+// which the engine does after the turn's frames went to the link. So an
+// application never sees a completion whose ACK is still only queued in the
+// process: fio's server exits (_exit) the moment it has its last receive
+// completion, and an ACK a turn later was never sent, the peer resending
+// that message to a QP that is gone until its retries ran out (seen against
+// Linux rxe). The kernel's rxe completes before it ACKs too, but its
+// responder runs to the ACK whatever the process does.
+//
 // Moderation (ibv_modify_cq) only delays the producer's decision to fire: a
 // held-back event stays owed (the arm stays set) until the count is reached
 // or the period ends (CqProducer::Tick), so it cannot be lost either.
@@ -67,6 +77,30 @@ class CqRegion {
 };
 
 // Engine side. Owned by exactly one worker thread.
+class CqProducer;
+
+// Holds the completions this thread enters into any CQ from its construction
+// until Release (or its destruction): see the top of this file. One per
+// thread at a time; not nested. A CQ that QPs of several workers complete
+// into (the shared producer) is published by the first hold that ends, which
+// may then carry another worker's entries a little early.
+class CqTurnHold {
+ public:
+  CqTurnHold();
+  ~CqTurnHold() { Release(); }
+  CqTurnHold(const CqTurnHold&) = delete;
+  CqTurnHold& operator=(const CqTurnHold&) = delete;
+  // Publishes what was held and goes on holding.
+  void Release();
+
+ private:
+  friend class CqProducer;
+  static thread_local CqTurnHold* current_;
+  CqProducer* held_[16];
+  unsigned n_ = 0;
+  bool overflow_ = false;  // more CQs than held_ has room for: they publish at once
+};
+
 class CqProducer {
  public:
   // `shared`: QPs owned by several worker threads complete into this CQ;
@@ -81,6 +115,8 @@ class CqProducer {
   // entered, the CQ is marked overflowed and CQ_ERR is raised; the caller must
   // move its QP to the error state.
   bool Push(const queue::Cqe& cqe, bool solicited);
+  // Publishes the entries a CqTurnHold kept back (called by the hold).
+  void Publish();
 
   // Event moderation (ibv_modify_cq): while armed for the next completion, a
   // successful completion fires the event only when it is the `count`-th
@@ -118,6 +154,12 @@ class CqProducer {
   mutable SpinLock lock_;
   uint32_t prod_ = 0;
   void Fire();
+  // After entries are published: fires or holds the event they owe.
+  void Announce(bool error, bool solicited, uint32_t successes);
+  // Entered under a CqTurnHold, not yet published.
+  bool staged_ = false;
+  bool staged_solicited_ = false;
+  uint32_t staged_ok_ = 0;
   uint32_t mod_count_ = 0;
   uint64_t mod_period_ns_ = 0;
   uint32_t held_ = 0;           // completions whose event moderation holds back

@@ -421,6 +421,9 @@ void Device::Nap(Worker& w, long ns) {
 
 bool Device::PollOnce(Worker& w) {
   bool busy = false;
+  // The turn's completions become visible when it ends, after FlushTx has
+  // given the link the ACKs they owe (cq.h, CqTurnHold).
+  cq::CqTurnHold hold;
   if (w.activate_all.load(std::memory_order_relaxed) && w.activate_all.exchange(false, std::memory_order_acquire)) {
     ActivateOwnQps(w);
   }

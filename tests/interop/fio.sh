@@ -59,25 +59,9 @@ fio_send_skipped() {
   return 77
 }
 
-# With a droce server, fio's last message can go unacknowledged (seen in the
-# captures); most likely fio's job
-# sees the receive completion, returns and _exits before the turn that
-# sends the ACK has run (a completion is visible, and its event signalled,
-# before its ACK leaves), and the Linux client then resends that message to
-# a QP that is gone until its retries run out. A droce defect, open; the
-# cases are reported as skips until it is fixed (docs/FEATURES.md).
-fio_droce_server_skipped() {
-  echo "a droce server's last ACK can be lost when fio exits right after the completion (open defect)"
-  return 77
-}
-
 for side in droce linux; do
   for verb in write read; do
-    if [ "$side" = droce ]; then
-      case_run "fio_$verb.$side" fio_droce_server_skipped
-    else
-      case_run "fio_$verb.$side" fio_pair "$side" "$verb"
-    fi
+    case_run "fio_$verb.$side" fio_pair "$side" "$verb"
   done
   case_run "fio_send.$side" fio_send_skipped
 done

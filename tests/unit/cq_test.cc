@@ -324,6 +324,79 @@ TEST(Cq, ArmReportsMissedEvents) {
 // A successful completion (MakeCqe makes every 17th an error).
 Cqe Ok(uint64_t seq) { return WithStatus(seq, wc::kSuccess); }
 
+// A turn's completions (CqTurnHold): entered, but neither visible to the
+// consumer nor announced until the hold is released, which the engine does
+// after the turn's frames (the ACKs those completions owe) went to the link.
+TEST(CqTurnHold, CompletionsAppearAndFireOnlyAtRelease) {
+  Cq a(16, 1), b(16, 2);
+  EXPECT_EQ(a.cons->Arm(cq::kArmNextComp), 0);
+  EXPECT_EQ(b.cons->Arm(cq::kArmSolicited), 0);
+  Cqe out[4];
+  {
+    cq::CqTurnHold hold;
+    ASSERT_TRUE(a.prod->Push(MakeCqe(1), false));
+    ASSERT_TRUE(a.prod->Push(MakeCqe(2), false));
+    ASSERT_TRUE(b.prod->Push(MakeCqe(3), true));
+    EXPECT_EQ(a.cons->Poll(out, 4), 0) << "held";
+    EXPECT_EQ(b.cons->Poll(out, 4), 0) << "held";
+    EXPECT_EQ(a.notifier.notifies + b.notifier.notifies, 0);
+    EXPECT_EQ(a.cons->Arm(cq::kArmNextComp), 0) << "nothing published, nothing missed";
+    hold.Release();
+    EXPECT_EQ(a.notifier.notifies, 1);
+    EXPECT_EQ(b.notifier.notifies, 1) << "the solicited one satisfies a solicited-only arm";
+    // The hold goes on after Release: the next entries wait for the next one.
+    ASSERT_TRUE(a.prod->Push(MakeCqe(4), false));
+  }  // the destructor releases too
+  ASSERT_EQ(a.cons->Poll(out, 4), 3);
+  EXPECT_TRUE(Same(out[0], MakeCqe(1)) && Same(out[1], MakeCqe(2)) && Same(out[2], MakeCqe(4)));
+  ASSERT_EQ(b.cons->Poll(out, 4), 1);
+  EXPECT_TRUE(Same(out[0], MakeCqe(3)));
+  // Without a hold a completion is published at once.
+  ASSERT_TRUE(a.prod->Push(MakeCqe(5), false));
+  EXPECT_EQ(a.cons->Poll(out, 4), 1);
+}
+
+TEST(CqTurnHold, AnErrorIsPublishedAtOnceWithWhatWasHeld) {
+  Cq cq(16);
+  EXPECT_EQ(cq.cons->Arm(cq::kArmSolicited), 0);
+  Cqe out[4];
+  cq::CqTurnHold hold;
+  ASSERT_TRUE(cq.prod->Push(MakeCqe(1), false));
+  ASSERT_TRUE(cq.prod->Push(WithStatus(2, wc::kRemAccessErr), false));
+  EXPECT_EQ(cq.notifier.notifies, 1) << "an unsuccessful completion satisfies any arm, now";
+  ASSERT_EQ(cq.cons->Poll(out, 4), 2) << "in order, the held one first";
+  EXPECT_TRUE(Same(out[0], MakeCqe(1)));
+  ASSERT_TRUE(cq.prod->Push(MakeCqe(3), false));
+  EXPECT_EQ(cq.cons->Poll(out, 4), 0) << "later ones are held again";
+  hold.Release();
+  EXPECT_EQ(cq.cons->Poll(out, 4), 1);
+}
+
+TEST(CqTurnHold, ModerationCountsHeldCompletions) {
+  Cq cq(64);
+  cq.prod->SetModeration(4, 0);
+  EXPECT_EQ(cq.cons->Arm(cq::kArmNextComp), 0);
+  cq::CqTurnHold hold;
+  for (uint64_t i = 0; i < 3; ++i) ASSERT_TRUE(cq.prod->Push(MakeCqe(i * 2 + 1), false));
+  hold.Release();
+  EXPECT_EQ(cq.notifier.notifies, 0) << "3 of 4";
+  ASSERT_TRUE(cq.prod->Push(MakeCqe(7), false));
+  ASSERT_TRUE(cq.prod->Push(MakeCqe(9), false));
+  hold.Release();
+  EXPECT_EQ(cq.notifier.notifies, 1) << "the 4th and 5th, released together, fire once";
+  EXPECT_EQ(cq.PollAll(), 5);
+}
+
+TEST(CqTurnHold, AFullCqStillOverflowsUnderAHold) {
+  Cq cq(4);
+  cq::CqTurnHold hold;
+  for (uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(cq.prod->Push(MakeCqe(i * 2 + 1), false));
+  EXPECT_FALSE(cq.prod->Push(MakeCqe(11), false)) << "held entries take their slots";
+  EXPECT_EQ(cq.notifier.errors, 1);
+  hold.Release();
+  EXPECT_EQ(cq.PollAll(), 4);
+}
+
 TEST(CqModeration, CountHoldsTheEventUntilTheNthCompletion) {
   Cq cq(64);
   cq.prod->SetModeration(4, 0);
