@@ -84,6 +84,7 @@ inline uint64_t Peek(const uint64_t& c) {
   X(rp_cnp_handled, "ConnectX: CNPs received and acted on by a reaction point (DCQCN cut the QP's rate)") \
   X(rp_cnp_ignored, "ConnectX: CNPs received by a QP with congestion control off (not acted on)") \
   X(retransmitted_pkts, "request packets sent again (a go-back-N rewind, a timeout, a selective-repeat resend)") \
+  X(gbn_window_cuts, "go-back-N: losses (a NAK sequence error or READ response gap, once per window of data, or a timeout) that cut the requester's window of packets in flight") \
   X(sr_sack_sent, "selective repeat: SACKs sent for requests received out of order and held") \
   X(sr_sack_rcvd, "selective repeat: SACKs received by a requester") \
   X(sr_held_pkts, "selective repeat: requests received out of order and held until the missing ones arrived") \
@@ -171,6 +172,7 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(rp_cnp_handled)          \
   X(rp_cnp_ignored)          \
   X(retransmitted_pkts)      \
+  X(gbn_window_cuts)         \
   X(sr_sack_sent)            \
   X(sr_sack_rcvd)            \
   X(sr_held_pkts)            \

@@ -155,6 +155,7 @@ void Qp::AdvanceUnacked(uint32_t next, uint64_t now) {
     sr_timer_ns_ = now;
     if (sr_recovery_ && !wire::psn_lt(next, sr_recover_psn_)) sr_recovery_ = false;
   }
+  GbnAcked(static_cast<uint32_t>(wire::psn_diff(next, unacked_psn_)));
   unacked_psn_ = next;
 }
 
@@ -322,6 +323,7 @@ void Qp::ReadLost(uint32_t first_missing) {
     sr_resend_head_ = true;  // SrResend, from PollSend
     return;
   }
+  GbnLoss(/*timeout=*/false);
   GoBackTo(first_missing);
 }
 
@@ -346,6 +348,36 @@ void Qp::GoBackTo(uint32_t psn) {
     }
   }
   // psn is not inside any sent WQE: nothing to resend.
+}
+
+// A loss was found: go-back-N's window (qp.h) is cut before the rewind. A
+// timeout, which says the path delivered nothing for a while, starts again
+// from the floor; a NAK halves the window once per window of data.
+void Qp::GbnLoss(bool timeout) {
+  if (sr_.on) return;  // selective repeat's window is the responder's buffer
+  if (!timeout && gbn_recovering_ && wire::psn_lt(unacked_psn_, gbn_recover_psn_)) return;
+  gbn_ssthresh_ = std::max(gbn_window_ / 2, kGbnMinWindow);
+  gbn_window_ = timeout ? kGbnMinWindow : gbn_ssthresh_;
+  gbn_grow_ = 0;
+  gbn_recovering_ = true;
+  gbn_recover_psn_ = high_psn_;
+  Count(QpCounter::gbn_window_cuts);
+}
+
+// `pkts` more PSNs were acknowledged: below gbn_ssthresh_ the window grows
+// by as many (doubling per round trip), above it by one per window's worth.
+void Qp::GbnAcked(uint32_t pkts) {
+  if (gbn_recovering_ && !wire::psn_lt(wire::psn_add(unacked_psn_, pkts), gbn_recover_psn_)) gbn_recovering_ = false;
+  if (gbn_window_ >= kGbnMaxWindow) return;
+  if (gbn_window_ < gbn_ssthresh_) {
+    gbn_window_ = std::min(gbn_window_ + pkts, gbn_ssthresh_);
+    return;
+  }
+  gbn_grow_ += pkts;
+  while (gbn_grow_ >= gbn_window_ && gbn_window_ < kGbnMaxWindow) {
+    gbn_grow_ -= gbn_window_;
+    ++gbn_window_;
+  }
 }
 
 // Places response data (READ payload, atomic original value) into the WQE's
@@ -508,6 +540,7 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
       switch (static_cast<wire::NakCode>(aeth.value())) {
         case wire::NakCode::kPsnSeqError:
           Count(QpCounter::rcvd_seq_err);
+          GbnLoss(/*timeout=*/false);
           GoBackTo(psn);
           last_progress_ns_ = sr_timer_ns_ = env_->NowNs();
           break;
@@ -566,6 +599,7 @@ void Qp::AdpTimeout(uint64_t now) {
   adp_from_ns_ = now;
   Count(QpCounter::roce_adp_retrans);
   Trace(TraceKind::kAdpTimeout, 0, unacked_psn_, adp_fired_);
+  GbnLoss(/*timeout=*/false);  // early, and maybe spurious: a halving, not the floor
   RewindForTimeout();
 }
 
@@ -607,6 +641,7 @@ void Qp::OnTimer(uint64_t now) {
     return;
   }
   --retries_left_;
+  GbnLoss(/*timeout=*/true);
   RewindForTimeout();
   last_progress_ns_ = sr_timer_ns_ = now;
   // The adaptive schedule is spent until the next acknowledgement: only

@@ -287,6 +287,9 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     attr_.sq_psn = a.sq_psn & wire::kPsnMask;
     next_psn_ = unacked_psn_ = high_psn_ = attr_.sq_psn;
     adp_timing_ = false;
+    gbn_window_ = gbn_ssthresh_ = kGbnMaxWindow;
+    gbn_grow_ = 0;
+    gbn_recovering_ = false;
     if (!sr_sacked_.empty()) SrForgetSacks();
   }
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;

@@ -12,7 +12,6 @@ namespace droce::transport {
 namespace {
 
 // Packets in flight before the requester waits for an ACK.
-constexpr uint32_t kMaxInflightPkts = 512;
 // Ask for an ACK at least this often inside a long message.
 constexpr uint32_t kAckReqEvery = 64;
 // Largest message: IBA allows 2^31 bytes.
@@ -227,10 +226,15 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   b.pad = static_cast<uint8_t>(pad);
   b.dqpn = type_ == QpType::kUd ? ctx.remote_qpn : attr_.dest_qpn;
   b.psn = wire::psn_add(ctx.first_psn, pkt);
-  // Selective repeat asks at least twice per window, or a window smaller
-  // than a message would fill with nothing asking.
-  const uint32_t every = sr_.on ? std::min(kAckReqEvery, sr_.window / 2) : kAckReqEvery;
-  b.ackreq = reliable() && !rd && (last || (pkt % every) == every - 1);
+  // Ask at least twice per window (selective repeat's, or go-back-N's after
+  // a loss cut it), and with the packet that fills it: a window smaller than
+  // a message would otherwise fill with nothing asking, and stall until the
+  // local ACK timeout.
+  const uint32_t window = sr_.on ? sr_.window : gbn_window_;
+  const uint32_t every = std::min(kAckReqEvery, std::max(window / 2, 1u));
+  b.ackreq = reliable() && !rd &&
+             (last || (pkt % every) == every - 1 ||
+              wire::psn_diff(wire::psn_add(b.psn, 1), unacked_psn_) >= static_cast<int32_t>(window));
   b.sr = sr_.on;  // only ever on for a reliable QP
   // With selective repeat every resend asks for an ACK: whether it filled
   // a hole or was a duplicate, the answer says where the responder is.
@@ -452,8 +456,8 @@ bool Qp::SendSome(unsigned budget) {
   // Selective repeat caps what is in flight at its window (the responder
   // holds that many), from the first packet, before the peer has said it
   // does selective repeat too: beyond it a gap would be NAKed and go back
-  // N. Go-back-N alone sends up to kMaxInflightPkts.
-  const int32_t window = static_cast<int32_t>(sr_.on ? sr_.window : kMaxInflightPkts);
+  // N. Go-back-N alone sends up to its window (gbn_window_, qp.h).
+  const int32_t window = static_cast<int32_t>(sr_.on ? sr_.window : gbn_window_);
   while (sent < budget) {
     if (reliable() && wire::psn_diff(next_psn_, unacked_psn_) >= window) {
       return more;  // the window reopens on an ACK

@@ -37,13 +37,14 @@ struct Options {
   uint32_t outstanding = 16;
   uint64_t seed = 1;
   uint8_t mtu = 3;  // 1024
+  uint64_t delay_ns = 5000;  // propagation, each way
 };
 
 struct Result {
   uint64_t lost = 0;           // request frames the model dropped
   uint64_t retransmitted = 0;  // the requester's retransmitted_pkts
   double goodput_gbps = 0;     // WRITE payload over the virtual time it took
-  uint64_t sacks = 0, held = 0, rtos = 0, seq_naks = 0;
+  uint64_t sacks = 0, held = 0, rtos = 0, seq_naks = 0, cuts = 0, timeouts = 0;
   uint64_t sr_bit_requests = 0, sr_bit_responses = 0;  // frames sent with wire::Bth::sr
   bool bytes_ok = false;
 };
@@ -76,7 +77,7 @@ Result RunWrites(const Options& o) {
   lab::Rng loss_rng(o.seed * 7 + 3);
   cc::PortParams port;
   port.rate_bps = 25'000'000'000;
-  port.delay_ns = 5000;
+  port.delay_ns = o.delay_ns;
   port.buffer_bytes = 64u << 20;
   port.ecn = false;
   cc::EgressPort to_b(port, 1), to_a(port, 2);
@@ -125,17 +126,20 @@ Result RunWrites(const Options& o) {
   r.held = sb.sr_held_pkts;
   r.rtos = sa.sr_timeouts;
   r.seq_naks = sa.rcvd_seq_err;
+  r.cuts = sa.gbn_window_cuts;
+  r.timeouts = sa.completer_retry_err;
   EXPECT_EQ(sa.retry_exceeded_err, 0u);
   return r;
 }
 
 void Print(const char* what, const Result& r) {
   std::printf("  %-28s lost %5llu retransmitted %6llu (%.2f per loss) goodput %6.2f Gb/s "
-              "SACKs %llu held %llu RTOs %llu NAKs %llu\n",
+              "SACKs %llu held %llu RTOs %llu NAKs %llu window cuts %llu timeouts %llu\n",
               what, static_cast<unsigned long long>(r.lost), static_cast<unsigned long long>(r.retransmitted),
               r.lost ? static_cast<double>(r.retransmitted) / static_cast<double>(r.lost) : 0.0, r.goodput_gbps,
               static_cast<unsigned long long>(r.sacks), static_cast<unsigned long long>(r.held),
-              static_cast<unsigned long long>(r.rtos), static_cast<unsigned long long>(r.seq_naks));
+              static_cast<unsigned long long>(r.rtos), static_cast<unsigned long long>(r.seq_naks),
+              static_cast<unsigned long long>(r.cuts), static_cast<unsigned long long>(r.timeouts));
 }
 
 // The issue's checks for one loss model: retransmitted/lost ≤ 1.1 with
@@ -161,15 +165,52 @@ void Compare(const std::string& loss, double min_goodput_ratio) {
   EXPECT_GT(sr.sacks, 0u);
 }
 
+// Go-back-N's window (transport/qp.h). Each loss costs go-back-N what it
+// had in flight after it; on a path whose round trip holds far more than a
+// loss-free stretch (here 1 ms each way, as slow as a TCG guest's rxe
+// answers) a fixed 512-packet window resent 7.8 packets for each one
+// delivered (31,928 for 4,096 in this run) and against Linux rxe ~284 per
+// NAK. The window that halves on a loss resends 1.7 per delivered here.
+TEST(GoBackNWindow, LongLossyPathResendsLittle) {
+  Options o;
+  o.sr_a = o.sr_b = false;
+  o.loss = "loss random 2%";
+  o.delay_ns = 1'000'000;
+  o.writes = 64;
+  const Result r = RunWrites(o);
+  Print("go-back-N, 2 %, 1 ms each way", r);
+  EXPECT_TRUE(r.bytes_ok);
+  ASSERT_GT(r.lost, 40u);
+  EXPECT_GT(r.cuts, 0u);
+  EXPECT_LE(r.cuts, r.seq_naks + r.timeouts);
+  const uint64_t delivered = uint64_t{o.writes} * (kMsg / 1024);
+  EXPECT_LE(static_cast<double>(r.retransmitted), 3.0 * static_cast<double>(delivered));
+}
+
+// Without loss the window is never cut and nothing is resent.
+TEST(GoBackNWindow, NoLossNoCut) {
+  Options o;
+  o.sr_a = o.sr_b = false;
+  o.loss = "loss random 0%";
+  o.writes = 64;
+  const Result r = RunWrites(o);
+  EXPECT_TRUE(r.bytes_ok);
+  EXPECT_EQ(r.cuts, 0u);
+  EXPECT_EQ(r.retransmitted, 0u);
+}
+
 // The goodput check of the issue is at 1 % random loss: at least 3×.
 TEST(SelectiveRepeat, RandomLoss1Percent) { Compare("loss random 1%", 3.0); }
 
 // netem's Gilbert-Elliott: bursts (p = 0.5 % into Bad, r = 30 % back out,
 // 50 % loss in Bad, none in Good): 0.82 % loss on average, several in a row.
 // Bursts cost go-back-N one rewind each, so it does better than at random
-// loss; the issue asks for the retransmission ratio here, and selective
-// repeat must still be well ahead.
-TEST(SelectiveRepeat, GilbertElliottLoss) { Compare("loss gemodel 0.5% 30% 50% 0%", 2.0); }
+// loss; the issue asks for the retransmission ratio here. Since go-back-N's
+// window halves on a loss (transport/qp.h) it no longer waits for the local
+// ACK timeout in this run and comes within 1.3x of selective repeat's
+// goodput (19.1 against 23.3 Gb/s; 8.4 before, with a fixed 512): selective
+// repeat must be no slower, and resend 1 packet per loss against ~27.
+TEST(SelectiveRepeat, GilbertElliottLoss) { Compare("loss gemodel 0.5% 30% 50% 0%", 1.0); }
 
 // No loss: nothing is resent, nothing held, and selective repeat costs no
 // goodput.
@@ -225,7 +266,7 @@ TEST(SelectiveRepeat, RequesterWithoutItGetsGoBackN) {
 // Exact counts, on the plain simulated link (1 µs, in order): one 8-packet
 // WRITE (MTU 1024) with chosen request PSNs dropped, `drops` times each.
 struct Exact {
-  uint64_t resent, held, sacks_sent, sacks_rcvd, rtos, naks;
+  uint64_t resent, held, sacks_sent, sacks_rcvd, rtos, naks, cuts;
 };
 Exact DropAndCount(bool sr, std::vector<uint32_t> pkt_index, int drops) {
   SimPair p(LinkFaults{}, 7);
@@ -252,7 +293,8 @@ Exact DropAndCount(bool sr, std::vector<uint32_t> pkt_index, int drops) {
   EXPECT_EQ(std::memcmp(&p.b.buf[16 * 1024], &p.a.buf[0], 8 * 1024), 0);
   const Counters& a = p.a.env->stats;
   const Counters& b = p.b.env->stats;
-  return {a.retransmitted_pkts, b.sr_held_pkts, b.sr_sack_sent, a.sr_sack_rcvd, a.sr_timeouts, a.rcvd_seq_err};
+  return {a.retransmitted_pkts, b.sr_held_pkts, b.sr_sack_sent, a.sr_sack_rcvd, a.sr_timeouts, a.rcvd_seq_err,
+          a.gbn_window_cuts};
 }
 
 // Packet 2 lost once: packets 3-7 held, one SACK (they arrive in one burst,
@@ -265,6 +307,7 @@ TEST(SelectiveRepeat, OneLossExactCounts) {
   EXPECT_EQ(e.sacks_rcvd, 1u);
   EXPECT_EQ(e.rtos, 0u);
   EXPECT_EQ(e.naks, 0u);
+  EXPECT_EQ(e.cuts, 0u) << "selective repeat's window is the responder's buffer, never cut";
 }
 
 // Go-back-N for the same loss: a NAK, and packets 2-7 go again.
@@ -274,6 +317,7 @@ TEST(SelectiveRepeat, GoBackNExactCounts) {
   EXPECT_EQ(e.held, 0u);
   EXPECT_EQ(e.sacks_sent + e.sacks_rcvd + e.rtos, 0u);
   EXPECT_EQ(e.naks, 1u);
+  EXPECT_EQ(e.cuts, 1u) << "the NAK cut go-back-N's window once";
 }
 
 // The resend of packet 2 lost as well: nothing sent after it can tell, so
