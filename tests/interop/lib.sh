@@ -36,6 +36,7 @@ peer_dir=""
 group=""
 cdir=""
 bg_pids=()
+group_pids=()  # processes that serve the whole group (droced): kept between cases
 passed=() failed=() skipped=()
 link_mtu=${DROCE_INTEROP_MTU:-9000}
 
@@ -48,7 +49,7 @@ kill_tree() {
 
 interop_cleanup() {
   local p
-  for p in "${bg_pids[@]}"; do kill_group "$p"; done
+  for p in "${bg_pids[@]}" "${group_pids[@]}"; do kill_group "$p"; done
   kill_tree $$
   [ -n "$peer_dir" ] && "$peer_tool" stop --dir "$peer_dir" 2>/dev/null
   ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
@@ -152,8 +153,11 @@ droce_argv() {
   # takes its netdev's (for software that finds RDMA addresses among the
   # kernel's interfaces: tests/interop/middleware.sh).
   [ -n "${droce_shares_host:-}" ] && addr=(--ip "$host_ip/24" --ip6 "$host_ip6/64")
-  argv=(env DROCE_STATS=1 DROCE_CTL=1 timeout -k 5 "$bound" ip netns exec "$ns" "$launcher" exec --link "$(droce_link)"
-    "${addr[@]}" --mtu "${droce_mtu:-4096}" ${droce_fault:+--fault "$droce_fault"} "$@")
+  local dev=(--link "$(droce_link)" "${addr[@]}" --mtu "${droce_mtu:-4096}" ${droce_fault:+--fault "$droce_fault"})
+  # droce_daemon=SOCKET: the program attaches to the droced there, which
+  # owns the link (tests/interop/daemon.sh).
+  [ -n "${droce_daemon:-}" ] && dev=(--daemon "$droce_daemon")
+  argv=(env DROCE_STATS=1 DROCE_CTL=1 timeout -k 5 "$bound" ip netns exec "$ns" "$launcher" exec "${dev[@]}" "$@")
 }
 
 # droce_bg NAME SECONDS [EXEC OPTIONS] -- PROGRAM ARGS...: in the background,
@@ -317,9 +321,11 @@ case_run() {
   # answers the next case's CM messages too (a server whose client failed,
   # one that serves until stopped). The case function ran in a subshell, so
   # its background processes are not in bg_pids here: everything in the
-  # namespace but the guest goes, and is reported.
+  # namespace but the guest and the group's own servers (group_pids) goes,
+  # and is reported.
   local left=""
   for p in $(ip netns pids "$ns" 2>/dev/null); do
+    [[ " ${group_pids[*]} " == *" $p "* ]] && continue
     case $(cat "/proc/$p/comm" 2>/dev/null) in
       qemu-system-x86 | "") ;;
       *) left+=" $p:$(cat "/proc/$p/comm" 2>/dev/null)"; kill -9 "$p" 2>/dev/null ;;
