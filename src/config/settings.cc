@@ -191,8 +191,9 @@ absl::Status ParseOnOff(const std::vector<std::string>& parts, bool* on) {
   return absl::OkStatus();
 }
 
-// DROCE_SR: "off", or "on[,window=PKTS][,rto=TIME]" (PKTS a power of two
-// from 16 to 512; TIME as the fault rules write it, 10us to 1s).
+// DROCE_SR: "off", or "on[,window=PKTS][,rto=TIME|auto]" (PKTS a power of
+// two from 16 to 512; TIME as the fault rules write it, 10us to 1s; auto,
+// the default: from the measured round trip).
 absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
   std::vector<std::string> parts = absl::StrSplit(v, ',');
   transport::SelectiveRepeat out;
@@ -209,13 +210,15 @@ absl::Status ParseSr(const std::string& v, transport::SelectiveRepeat* sr) {
         return Invalid(absl::StrCat("'", p, "': the window is a power of two from 16 to 512 packets"));
       }
       out.window = n;
+    } else if (p == "rto=auto") {
+      out.rto_us = 0;
     } else if (absl::StartsWith(p, "rto=")) {
       if (!lab::ParseTime(p.substr(4), &ns) || ns < 10'000 || ns > 1'000'000'000) {
-        return Invalid(absl::StrCat("'", p, "': the timeout is a time from 10us to 1s (e.g. rto=500us)"));
+        return Invalid(absl::StrCat("'", p, "': the timeout is auto or a time from 10us to 1s (e.g. rto=500us)"));
       }
       out.rto_us = static_cast<uint32_t>(ns / 1000);
     } else {
-      return Invalid(absl::StrCat("'", p, "': the options are window=PKTS and rto=TIME"));
+      return Invalid(absl::StrCat("'", p, "': the options are window=PKTS and rto=TIME|auto"));
     }
   }
   *sr = out;

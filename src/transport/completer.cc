@@ -124,6 +124,11 @@ void Qp::CompleteHeadWithError(uint8_t status) {
 // unacknowledged from its first missing response on, whatever later ACKs
 // say.
 void Qp::AckUpTo(uint32_t next) {
+  // Beyond what was sent again since a rewind, within what was ever sent:
+  // the responder had the first transmission (a peer that stopped for
+  // longer than the ACK timeout acknowledges its backlog when it runs
+  // again).
+  if (wire::psn_lt(next_psn_, next) && !wire::psn_lt(high_psn_, next)) SkipAckedTo(next);
   CompleteUpTo(next);
   if (sq_comp_ != sq_send_ || send_pkt_ != 0) {
     const SendCtx& head = send_ctx_[sq_comp_ & (sq_.size() - 1)];
@@ -153,6 +158,7 @@ void Qp::AdvanceUnacked(uint32_t next, uint64_t now) {
       if (slot == p) slot = kNoSack;
     }
     sr_timer_ns_ = now;
+    sr_backoff_ = 0;
     if (sr_recovery_ && !wire::psn_lt(next, sr_recover_psn_)) sr_recovery_ = false;
   }
   GbnAcked(static_cast<uint32_t>(wire::psn_diff(next, unacked_psn_)));
@@ -203,6 +209,8 @@ void Qp::OnSack(const wire::PacketView& pkt, const wire::Aeth& aeth) {
 // acknowledgement say soon enough which of those were lost as well.
 void Qp::SrTimeout(uint64_t now) {
   sr_timer_ns_ = now;
+  if (sr_backoff_ < 16) ++sr_backoff_;
+  adp_timing_ = false;  // Karn: the timed packet may be the one resent
   last_read_goback_psn_ = 0xFFFFFFFF;  // a READ's missing responses may be asked for again
   Count(QpCounter::sr_timeouts);
   Trace(TraceKind::kTimeout, 0, unacked_psn_, retries_left_);
@@ -311,6 +319,9 @@ bool Qp::SrResend(unsigned budget, unsigned* sent) {
 bool Qp::SrSendAgain(SendCtx& ctx, uint32_t pkt) {
   const uint32_t psn = wire::psn_add(ctx.first_psn, pkt);
   Trace(TraceKind::kRetransmit, 0, psn);
+  // Karn: a round trip timed across a resend (the cumulative ACK waits for
+  // the hole) would be the recovery's, not the path's.
+  adp_timing_ = false;
   if (!BuildRequestPacket(ctx, pkt)) return false;
   PaceSent();
   sr_resent_[psn & (sr_.window - 1)] = {psn, next_psn_};
@@ -348,6 +359,33 @@ void Qp::GoBackTo(uint32_t psn) {
     }
   }
   // psn is not inside any sent WQE: nothing to resend.
+}
+
+// Moves the requester on to `psn` (after next_psn_, at most high_psn_):
+// what lies before it was sent before the last rewind and is acknowledged
+// now, and is not sent again. Without it an ACK beyond what the smaller
+// window had resent was ignored, and the requester resent its window until
+// retry exceeded while the responder answered every resend with that ACK
+// (stall_memif: a server stopped for 300 ms).
+void Qp::SkipAckedTo(uint32_t psn) {
+  const uint32_t mask = sq_.size() - 1;
+  uint32_t i = sq_send_;
+  uint32_t first = wire::psn_add(next_psn_, (0u - send_pkt_) & wire::kPsnMask);  // WQE sq_send_'s first PSN
+  while (i != sq_fetched_) {
+    const uint32_t n = send_ctx_[i & mask].npkts;
+    const int32_t d = wire::psn_diff(psn, first);
+    if (d < static_cast<int32_t>(n)) {
+      sq_send_ = i;
+      send_pkt_ = static_cast<uint32_t>(d);
+      next_psn_ = psn;
+      return;
+    }
+    first = wire::psn_add(first, n);
+    ++i;
+  }
+  sq_send_ = i;
+  send_pkt_ = 0;
+  next_psn_ = psn;
 }
 
 // A loss was found: go-back-N's window (qp.h) is cut before the rewind. A
@@ -486,8 +524,13 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
     return;
   }
   const uint32_t psn = pkt.bth.psn;
-  // A response must name a PSN in [unacked - 1, next - 1]; anything else is stale.
-  if (wire::psn_diff(psn, unacked_psn_) < -1 || !wire::psn_lt(psn, next_psn_)) {
+  // A response must name a PSN in [unacked - 1, next - 1]; anything else is
+  // stale. A plain ACK may name one up to high - 1: after a rewind, what
+  // was sent before it (SkipAckedTo).
+  const bool plain_ack = !(pkt.info->mask & wire::kMaskRead) &&
+                         wire::opcode_operation(pkt.bth.opcode) != wire::kRcAtomicAck &&
+                         wire::read_aeth(pkt.ext(pkt.info->aeth)).type() == wire::AckType::kAck;
+  if (wire::psn_diff(psn, unacked_psn_) < -1 || !wire::psn_lt(psn, plain_ack ? high_psn_ : next_psn_)) {
     Count(QpCounter::stale_ack);
     return;
   }
@@ -626,7 +669,7 @@ void Qp::OnTimer(uint64_t now) {
     return;
   }
   if (unacked_psn_ == next_psn_) return;
-  if (SrActive() && now - sr_timer_ns_ >= uint64_t{sr_.rto_us} * 1000) SrTimeout(now);
+  if (SrActive() && now - sr_timer_ns_ >= SrRtoNs()) SrTimeout(now);
   const bool iba_due = attr_.timeout != 0 && now - last_progress_ns_ >= (4096ull << attr_.timeout);  // 4.096 µs × 2^timeout
   if (!iba_due) {
     if (AdpActive() && now >= AdpDue()) AdpTimeout(now);

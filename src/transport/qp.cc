@@ -290,6 +290,7 @@ int Qp::Modify(const QpAttr& a, uint32_t mask) {
     gbn_window_ = gbn_ssthresh_ = kGbnMaxWindow;
     gbn_grow_ = 0;
     gbn_recovering_ = false;
+    sr_backoff_ = 0;
     if (!sr_sacked_.empty()) SrForgetSacks();
   }
   if (mask & kAttrMaxDestRdAtomic) attr_.max_dest_rd_atomic = a.max_dest_rd_atomic;

@@ -280,14 +280,24 @@ class Qp {
     }
     if (rnr_wait_) return rnr_resume_ns_;
     uint64_t due = kNoTimer;
-    if (SrActive()) due = sr_timer_ns_ + uint64_t{sr_.rto_us} * 1000;
+    if (SrActive()) due = sr_timer_ns_ + SrRtoNs();
     if (attr_.timeout != 0) due = std::min<uint64_t>(due, last_progress_ns_ + (uint64_t{4096} << attr_.timeout));
     if (AdpActive()) due = std::min(due, AdpDue());
     return due;
   }
   bool rnr_waiting() const { return rnr_wait_; }
   // TimerDue may now be earlier than when it was last read.
-  bool timer_may_move_earlier() const { return rnr_wait_ || adp_.on; }
+  bool timer_may_move_earlier() const { return rnr_wait_ || adp_.on || (sr_.on && sr_.rto_us == 0); }
+  // Selective repeat's retransmission timeout now (SelectiveRepeat::rto_us),
+  // in ns: the fixed one, or the estimate backed off by the timeouts since
+  // the last progress.
+  uint64_t SrRtoNs() const {
+    if (sr_.rto_us != 0) return uint64_t{sr_.rto_us} * 1000;
+    const uint64_t max = uint64_t{sr_.rto_max_us} * 1000;
+    uint64_t rto = std::min(rtt_.Rto(uint64_t{sr_.rto_min_us} * 1000, uint64_t{sr_.rto_init_us} * 1000), max);
+    for (unsigned i = 0; i < sr_backoff_ && rto < max; ++i) rto <<= 1;
+    return std::min(rto, max);
+  }
   // Adaptive retransmission's round-trip estimate (on the worker).
   const RttEstimator& rtt() const { return rtt_; }
   // PollSend stopped for the pacer: when the next request may leave (ns,
@@ -395,6 +405,7 @@ class Qp {
   bool CompleteWqe(SendCtx& ctx, uint8_t status);
   void CompleteHeadWithError(uint8_t status);
   void GoBackTo(uint32_t psn);
+  void SkipAckedTo(uint32_t psn);
   // Go-back-N's window (completer.cc): a loss found (a NAK sequence error,
   // a READ's response gap, a timeout) cuts it, acknowledgements grow it.
   void GbnLoss(bool timeout);
@@ -570,6 +581,7 @@ class Qp {
   uint32_t sr_retx_psn_ = 0;      // the next PSN the recovery looks at
   uint32_t sr_retx_wqe_ = 0;      // the SQ index of the WQE holding it, or before it
   uint64_t sr_timer_ns_ = 0;      // last cumulative progress or timeout
+  uint8_t sr_backoff_ = 0;        // timeouts since the last progress (SrRtoNs doubles per each)
   uint32_t high_psn_ = 0;         // one past the highest request PSN ever sent
   // Go-back-N's window: the PSNs that may be in flight without selective
   // repeat. Every loss makes go-back-N resend what was sent after it, so

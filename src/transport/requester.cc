@@ -247,7 +247,7 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
     // With selective repeat, at least every half of its retransmission
     // timeout too (a slowed flow would time out spuriously).
     uint64_t interval = attr_.timeout != 0 ? (4096ull << attr_.timeout) / 4 : UINT64_MAX;
-    if (SrActive()) interval = std::min<uint64_t>(interval, uint64_t{sr_.rto_us} * 500);
+    if (SrActive()) interval = std::min<uint64_t>(interval, SrRtoNs() / 2);
     if (b.ackreq || pace_now_ns_ - last_ackreq_ns_ >= interval) {
       b.ackreq = true;
       last_ackreq_ns_ = pace_now_ns_;
@@ -296,8 +296,9 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
     // A PSN below the highest ever sent goes again: a retransmission.
     if (wire::psn_lt(b.psn, high_psn_)) {
       Count(QpCounter::retransmitted_pkts);
-    } else if (adp_.on && !adp_timing_) [[unlikely]] {
-      // Adaptive retransmission times one packet sent once per round trip.
+    } else if ((adp_.on || (sr_.on && sr_.rto_us == 0)) && !adp_timing_) [[unlikely]] {
+      // Adaptive retransmission, and selective repeat's adaptive timeout,
+      // time one packet sent once per round trip.
       adp_timing_ = true;
       adp_timed_psn_ = b.psn;
       adp_timed_ns_ = env_->TurnNs();

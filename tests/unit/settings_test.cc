@@ -430,11 +430,14 @@ TEST(Settings, SelectiveRepeat) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_TRUE(s->devices[0].sr.on);
   EXPECT_EQ(s->devices[0].sr.window, 512u);
-  EXPECT_EQ(s->devices[0].sr.rto_us, 320u);
+  EXPECT_EQ(s->devices[0].sr.rto_us, 0u) << "adaptive by default";
   s = Raw().Set(Setting::kSr, "on,window=64,rto=1ms").Parse();
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->devices[0].sr.window, 64u);
   EXPECT_EQ(s->devices[0].sr.rto_us, 1000u);
+  s = Raw().Set(Setting::kSr, "on,rto=auto").Parse();
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->devices[0].sr.rto_us, 0u);
   EXPECT_FALSE(Raw().Set(Setting::kSr, "off").Parse()->devices[0].sr.on);
   ExpectRefused(Raw().Set(Setting::kSr, "yes"), Setting::kSr, "'yes' is not on or off");
   ExpectRefused(Raw().Set(Setting::kSr, "on,window=100"), Setting::kSr,
@@ -442,9 +445,9 @@ TEST(Settings, SelectiveRepeat) {
   ExpectRefused(Raw().Set(Setting::kSr, "on,window=1024"), Setting::kSr,
                 "'window=1024': the window is a power of two from 16 to 512 packets");
   ExpectRefused(Raw().Set(Setting::kSr, "on,rto=1us"), Setting::kSr,
-                "'rto=1us': the timeout is a time from 10us to 1s (e.g. rto=500us)");
+                "'rto=1us': the timeout is auto or a time from 10us to 1s (e.g. rto=500us)");
   ExpectRefused(Raw().Set(Setting::kSr, "on,sack=1"), Setting::kSr,
-                "'sack=1': the options are window=PKTS and rto=TIME");
+                "'sack=1': the options are window=PKTS and rto=TIME|auto");
   ExpectRefused(Raw().Set(Setting::kSr, "off,window=64"), Setting::kSr, "'off' takes no options");
   EXPECT_STREQ(Info(Setting::kSr).flag, "sr");
 }

@@ -38,6 +38,13 @@ struct Options {
   uint64_t seed = 1;
   uint8_t mtu = 3;  // 1024
   uint64_t delay_ns = 5000;  // propagation, each way
+  uint32_t rto_us = 0;       // selective repeat's timeout: 0 adaptive (the default)
+  // The path misbehaves (issue 41): at random, 5 ms stretches with 10x the
+  // propagation delay, and the responder stopping for 1-20 ms (nothing it
+  // receives or sends moves until it runs again).
+  bool jitter = false;
+  // The responder stops once, stop_ns long, stop_at_ns into the run.
+  uint64_t stop_at_ns = 0, stop_ns = 0;
 };
 
 struct Result {
@@ -54,6 +61,7 @@ Result RunWrites(const Options& o) {
   SimPair p(LinkFaults{}, o.seed);
   p.a.sr.on = o.sr_a;
   p.b.sr.on = o.sr_b;
+  p.a.sr.rto_us = p.b.sr.rto_us = o.rto_us;
   transport::sim::ConnectOpts c;
   c.mtu = o.mtu;
   c.timeout = 14;  // as perftest: 67 ms, which go-back-N never needs here
@@ -81,6 +89,10 @@ Result RunWrites(const Options& o) {
   port.buffer_bytes = 64u << 20;
   port.ecn = false;
   cc::EgressPort to_b(port, 1), to_a(port, 2);
+  std::mt19937_64 weather(o.seed * 31 + 5);
+  uint64_t slow_until = 0, stop_from = 0, stop_until = 0, next_slow = 0, next_stop = 0;
+  uint64_t last_to_a = 0, last_to_b = 0;
+  const uint64_t t0_shaper = p.net.link.clock;
   p.net.link.shaper = [&](uint8_t* d, uint32_t len, uint64_t now, uint64_t* due) {
     wire::PacketView v;
     if (wire::parse_frame(std::span<const uint8_t>(d, len), &v) != wire::ParseError::kOk) return true;
@@ -91,6 +103,29 @@ Result RunWrites(const Options& o) {
       return false;
     }
     *due = (v.bth.dqpn == p.b.qp->qpn() ? to_b : to_a).Enqueue(len, false, now).arrive_ns;
+    if (o.stop_ns != 0 && stop_until == 0 && now >= t0_shaper + o.stop_at_ns) {
+      stop_from = now;
+      stop_until = now + o.stop_ns;
+    }
+    if (o.stop_ns != 0 && *due >= stop_from && *due < stop_until) *due = stop_until;
+    if (o.jitter) {
+      // Every 10 ms on average a 5 ms stretch at 10x the delay; every 25 ms
+      // on average the responder stops for 1-20 ms.
+      if (next_slow == 0) next_slow = now + weather() % 20'000'000, next_stop = now + weather() % 40'000'000;
+      if (now >= next_slow) slow_until = now + 5'000'000, next_slow = now + 5'000'000 + weather() % 10'000'000;
+      if (now >= next_stop) {
+        stop_from = now;
+        stop_until = now + 1'000'000 + weather() % 19'000'000;
+        next_stop = stop_until + weather() % 30'000'000;
+      }
+      if (now < slow_until) *due += 9 * o.delay_ns;
+      if (*due >= stop_from && *due < stop_until) *due = stop_until;
+      // The path keeps order, as a queue does (selective repeat counts on
+      // it to tell a lost resend).
+      uint64_t& last = v.bth.dqpn == p.b.qp->qpn() ? last_to_b : last_to_a;
+      *due = std::max(*due, last);
+      last = *due;
+    }
     return true;
   };
   const uint64_t t0 = p.net.link.clock;
@@ -187,6 +222,27 @@ TEST(GoBackNWindow, LongLossyPathResendsLittle) {
   EXPECT_LE(static_cast<double>(r.retransmitted), 3.0 * static_cast<double>(delivered));
 }
 
+// A responder that stops for longer than the local ACK timeout (67 ms)
+// with a full window in flight: the requester times out, cuts its window to
+// 64 and resends that much; the responder, running again, acknowledges the
+// whole first transmission, beyond what was resent. The requester moves on
+// to that PSN (Qp::SkipAckedTo) instead of ignoring the ACK and resending
+// until retry exceeded (stall_memif's failure before the fix).
+TEST(GoBackNWindow, PeerStoppedLongerThanTheTimeout) {
+  Options o;
+  o.sr_a = o.sr_b = false;
+  o.loss = "loss random 0%";
+  o.writes = 64;
+  o.stop_at_ns = 200'000;
+  o.stop_ns = 150'000'000;
+  const Result r = RunWrites(o);
+  Print("go-back-N, responder stopped 150 ms", r);
+  EXPECT_TRUE(r.bytes_ok);
+  EXPECT_GE(r.timeouts, 1u);
+  EXPECT_LE(r.timeouts, 3u);
+  EXPECT_GE(r.cuts, 1u);
+}
+
 // Without loss the window is never cut and nothing is resent.
 TEST(GoBackNWindow, NoLossNoCut) {
   Options o;
@@ -197,6 +253,32 @@ TEST(GoBackNWindow, NoLossNoCut) {
   EXPECT_TRUE(r.bytes_ok);
   EXPECT_EQ(r.cuts, 0u);
   EXPECT_EQ(r.retransmitted, 0u);
+}
+
+// Selective repeat's retransmission timeout on a path that misbehaves
+// (Options::jitter): the fixed 320 µs of before times out whenever the
+// responder stops or the delay jumps, and each timeout resends a packet the
+// responder has or will have; the timeout that follows the measured round
+// trip, backed off while nothing is acknowledged, keeps resends to about
+// one per loss.
+TEST(SelectiveRepeat, AdaptiveTimeoutOnAMisbehavingPath) {
+  Options o;
+  o.loss = "loss random 1%";
+  o.jitter = true;
+  o.writes = 2048;
+  o.rto_us = 320;
+  const Result fixed = RunWrites(o);
+  o.rto_us = 0;
+  const Result adaptive = RunWrites(o);
+  Print("fixed 320 us, misbehaving", fixed);
+  Print("adaptive, misbehaving", adaptive);
+  EXPECT_TRUE(fixed.bytes_ok);
+  EXPECT_TRUE(adaptive.bytes_ok);
+  ASSERT_GT(adaptive.lost, 100u);
+  EXPECT_LE(static_cast<double>(adaptive.retransmitted), 1.1 * static_cast<double>(adaptive.lost));
+  EXPECT_LT(adaptive.rtos, fixed.rtos);
+  EXPECT_LT(static_cast<double>(adaptive.retransmitted) / static_cast<double>(adaptive.lost),
+            static_cast<double>(fixed.retransmitted) / static_cast<double>(fixed.lost));
 }
 
 // The goodput check of the issue is at 1 % random loss: at least 3×.

@@ -492,7 +492,7 @@ class SimNet {
       ++unrouted;  // a corrupted QPN that still passed the ICRC: impossible
     });
     const bool active = more || delivered != 0 || link.stats.sent != sent_before;
-    // Busy: a short step. Waiting for the link: jump to the next delivery.
+    // Busy: a short step. Waiting for the link: jump to the next delivery
     // Nothing in flight: a timer may be pending, advance in 100 µs steps.
     // Never past the moment a paced QP may send again (transport/pacer.h),
     // so that paced departures are exact in virtual time.
@@ -503,7 +503,12 @@ class SimNet {
     if (active) {
       link.clock += 500;
     } else if (!link.idle()) {
-      link.clock = std::max(link.clock + 1, link.next_due());
+      // ... or to a QP's timer, if that comes first: a timer must fire
+      // while its frames are still on the way (a peer that stopped, a path
+      // that slowed down), as it would on a real link.
+      uint64_t next = link.next_due();
+      for (SimQp* q : qps_) next = std::min(next, q->qp->TimerDue());
+      link.clock = std::max(link.clock + 1, next);
     } else {
       link.clock += 100'000;
     }
