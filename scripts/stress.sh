@@ -44,18 +44,19 @@ for (( r = 1; r <= n; r++ )); do
   meson test -C "$build" --print-errorlogs "${select[@]}" >"$logs/run$r.log" 2>&1
   cp "$build/meson-logs/testlog.json" "$logs/run$r.json" 2>/dev/null
   # Each test's result from meson's JSON log (one object per line).
+  failed_now=0
   while IFS=$'\t' read -r name result; do
     seen[$name]=1
     case $result in
       OK | SKIP | EXPECTEDFAIL) ;;
-      *) fails[$name]=$(( ${fails[$name]:-0} + 1 )) ;;
+      *) fails[$name]=$(( ${fails[$name]:-0} + 1 )); failed_now=$(( failed_now + 1 )) ;;
     esac
   done < <(/usr/bin/python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
     t = json.loads(line)
     print(t["name"] + "\t" + t["result"])' "$logs/run$r.json")
-  echo "run $r of $n: $(( SECONDS - t0 )) s, $(grep -cE '^ *[0-9]+/[0-9]+ .* (FAIL|TIMEOUT) ' "$logs/run$r.log") failed"
+  echo "run $r of $n: $(( SECONDS - t0 )) s, $failed_now failed"
 done
 stop_hogs
 trap - EXIT
