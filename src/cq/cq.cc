@@ -54,7 +54,6 @@ CqTurnHold::CqTurnHold() { current_ = this; }
 void CqTurnHold::Release() {
   for (unsigned i = 0; i < n_; ++i) held_[i]->Publish();
   n_ = 0;
-  overflow_ = false;
   if (current_ == this) current_ = nullptr;
 }
 

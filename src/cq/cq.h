@@ -76,7 +76,6 @@ class CqRegion {
   CqControl* ctl_ = nullptr;
 };
 
-// Engine side. Owned by exactly one worker thread.
 class CqProducer;
 
 // Holds the completions this thread enters into any CQ from its construction
@@ -97,10 +96,10 @@ class CqTurnHold {
   friend class CqProducer;
   static thread_local CqTurnHold* current_;
   CqProducer* held_[16];
-  unsigned n_ = 0;
-  bool overflow_ = false;  // more CQs than held_ has room for: they publish at once
+  unsigned n_ = 0;  // CQs beyond held_'s 16 are not held: they publish at once
 };
 
+// Engine side. Owned by exactly one worker thread.
 class CqProducer {
  public:
   // `shared`: QPs owned by several worker threads complete into this CQ;

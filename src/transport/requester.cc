@@ -11,7 +11,6 @@
 namespace droce::transport {
 namespace {
 
-// Packets in flight before the requester waits for an ACK.
 // Ask for an ACK at least this often inside a long message.
 constexpr uint32_t kAckReqEvery = 64;
 // Largest message: IBA allows 2^31 bytes.
