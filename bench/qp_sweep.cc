@@ -16,7 +16,7 @@
 // SECONDS: the message rate is the completions in that time over the time,
 // and each WRITE posted in it has its post-to-completion latency (TSC
 // stamps at ibv_post_send and when ibv_poll_cq returned it) in a
-// log-bucketed histogram (lab/histogram.h) for p50 and p99.
+// log-bucketed histogram (common/histogram.h) for p50 and p99.
 // Memory per QP, on each side: (RSS after creating and connecting every QP
 // - RSS before, with device, PD, MR and CQ open) / NQPS, before any traffic
 // (send-queue pages that traffic touches later are not in it; with N=1 the
@@ -51,8 +51,8 @@
 #include <string>
 #include <vector>
 
-#include "lab/histogram.h"
-#include "lab/stamp_clock.h"
+#include "common/histogram.h"
+#include "common/stamp_clock.h"
 #include "rc_to_rts.h"
 #include "tcp_pair.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "engine/config.h"
-#include "lab/stamp_clock.h"
+#include "common/stamp_clock.h"
 
 namespace droce::provider {
 

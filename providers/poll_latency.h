@@ -5,7 +5,7 @@
 // enters the completion; this one stops when the application has it, so it
 // also holds the wait for the poll and the poll itself.
 //
-// The provider stamps each send WQE as the post begins (lab/stamp_clock.h;
+// The provider stamps each send WQE as the post begins (common/stamp_clock.h;
 // 0: not stamped), the engine returns the stamp in a
 // successful send completion's src_qp (which verbs defines for UD receive
 // completions only; the provider reports 0 there), and the polling thread
@@ -22,7 +22,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
-#include "lab/histogram.h"
+#include "common/histogram.h"
 
 namespace droce::provider {
 

@@ -28,7 +28,7 @@ unsigned empty_polls_before_yield() {
 
 // DROCE_LATENCY: each send WQE carries post_stamp() in its reserved word
 // (poll_latency.h); the engine records post to completion entered
-// (lab/histogram.h) and hands the stamp back in the send completion's
+// (common/histogram.h) and hands the stamp back in the send completion's
 // src_qp, from which the polling thread records post to poll.
 bool is_send_completion(const queue::Cqe& c) { return c.opcode < queue::wc::kOpRecv; }
 

@@ -80,7 +80,7 @@ struct GlobalSettings {
   // "PATH[,format=json|csv,qp=N,ring=N]").
   std::optional<lab::TraceOptions> trace;
   // DROCE_LATENCY=1: post-to-completion latency histograms per QP and
-  // opcode (lab/histogram.h): the provider stamps each send WQE, the engine
+  // opcode (common/histogram.h): the provider stamps each send WQE, the engine
   // records it at completion.
   bool latency = false;
   // DROCE_RATE: packet pacing of every QP from its creation

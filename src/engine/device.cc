@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-#include "lab/stamp_clock.h"
+#include "common/stamp_clock.h"
 
 namespace droce::engine {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "lab/stamp_clock.h"
+#include "common/stamp_clock.h"
 #include "transport/qp.h"
 #include "transport/sge.h"
 #include "wire/psn.h"
@@ -33,7 +33,7 @@ uint8_t wc_opcode(queue::WqeOp op) {
 
 // Retires the head WQE with `status`; false if its completion could not be
 // entered (the QP is then in error).
-// The provider stamped the WQE at post time (DROCE_LATENCY, lab/stamp_clock.h;
+// The provider stamped the WQE at post time (DROCE_LATENCY, common/stamp_clock.h;
 // 0: not stamped): post to completion entered.
 void Qp::RecordLatency(const SendCtx& ctx) {
   const uint32_t posted = ctx.wqe.reserved;

@@ -16,7 +16,7 @@
 #include "common/counters.h"
 #include "cc/dcqcn.h"
 #include "common/spin_lock.h"
-#include "lab/histogram.h"
+#include "common/histogram.h"
 #include "cq/cq.h"
 #include "queue/abi.h"
 #include "queue/ring.h"

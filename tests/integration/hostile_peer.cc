@@ -49,6 +49,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
 #include <random>
 #include <string>
 #include <thread>
@@ -65,8 +66,10 @@ constexpr uint32_t kPeerQpn = 0xABCDE;
 constexpr uint32_t kQkey = 0x11223344;
 constexpr uint8_t kPattern = 0x5A;
 
-[[noreturn]] void die(const char* what) {
-  std::fprintf(stderr, "hostile_peer: %s (errno %d %s)\n", what, errno, std::strerror(errno));
+// `err`: the error number a verbs call returned, or errno's.
+[[noreturn]] void die(const char* what, int err = -1) {
+  if (err < 0) err = errno;
+  std::fprintf(stderr, "hostile_peer: %s (error %d %s)\n", what, err, std::strerror(err));
   std::exit(1);
 }
 
@@ -79,8 +82,11 @@ struct Victim {
   ibv_qp* qp = nullptr;
 };
 
-void ToState(ibv_qp* qp, ibv_qp_type type, ibv_qp_state target, const ibv_gid& peer) {
-  if (target == IBV_QPS_RESET) return;
+// Returns the verbs error of the step that failed (0: done). A victim being
+// brought back can be put in error again by the attack between two steps
+// (then the next step is refused): the caller tries again.
+int ToState(ibv_qp* qp, ibv_qp_type type, ibv_qp_state target, const ibv_gid& peer) {
+  if (target == IBV_QPS_RESET) return 0;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
@@ -93,14 +99,13 @@ void ToState(ibv_qp* qp, ibv_qp_type type, ibv_qp_state target, const ibv_gid& p
                         (type == IBV_QPT_RC ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC : 0);
     mask |= IBV_QP_ACCESS_FLAGS;
   }
-  if (ibv_modify_qp(qp, &a, mask)) die("to INIT");
+  if (int rc = ibv_modify_qp(qp, &a, mask); rc != 0) return rc;
   if (target == IBV_QPS_ERR) {
     a = {};
     a.qp_state = IBV_QPS_ERR;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE)) die("to ERR");
-    return;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE);
   }
-  if (target == IBV_QPS_INIT) return;
+  if (target == IBV_QPS_INIT) return 0;
   a = {};
   a.qp_state = IBV_QPS_RTR;
   mask = IBV_QP_STATE;
@@ -119,8 +124,8 @@ void ToState(ibv_qp* qp, ibv_qp_type type, ibv_qp_state target, const ibv_gid& p
       mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     }
   }
-  if (ibv_modify_qp(qp, &a, mask)) die("to RTR");
-  if (target == IBV_QPS_RTR) return;
+  if (int rc = ibv_modify_qp(qp, &a, mask); rc != 0) return rc;
+  if (target == IBV_QPS_RTR) return 0;
   a = {};
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = 0;
@@ -132,7 +137,7 @@ void ToState(ibv_qp* qp, ibv_qp_type type, ibv_qp_state target, const ibv_gid& p
     a.max_rd_atomic = 16;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
-  if (ibv_modify_qp(qp, &a, mask)) die("to RTS");
+  return ibv_modify_qp(qp, &a, mask);
 }
 
 int RunVictim(const char* file, const char* peer_ip) {
@@ -177,7 +182,7 @@ int RunVictim(const char* file, const char* peer_ip) {
     a.cap.max_send_sge = a.cap.max_recv_sge = 1;
     v.qp = ibv_create_qp(pd, &a);
     if (v.qp == nullptr) die("ibv_create_qp");
-    ToState(v.qp, v.type, v.state, peer);
+    if (int rc = ToState(v.qp, v.type, v.state, peer); rc != 0) die("modify QP", rc);
   }
   auto post_recvs = [&](Victim& v, int count) {
     for (int i = 0; i < count; ++i) {
@@ -207,6 +212,7 @@ int RunVictim(const char* file, const char* peer_ip) {
 
   const std::string stop = std::string(file) + ".stop";
   uint64_t completions = 0, errors = 0, rearmed = 0;
+  std::set<Victim*> rearm;
   std::map<uint32_t, Victim*> by_qpn;
   for (Victim& v : victims) by_qpn[v.qp->qp_num] = &v;
   for (;;) {
@@ -217,31 +223,36 @@ int RunVictim(const char* file, const char* peer_ip) {
       for (int i = 0; i < k; ++i) {
         ++completions;
         if (wc[i].status != IBV_WC_SUCCESS) ++errors;
-        if ((wc[i].opcode & IBV_WC_RECV) && wc[i].status != IBV_WC_WR_FLUSH_ERR) {
-          auto it = by_qpn.find(static_cast<uint32_t>(wc[i].wr_id));
-          if (it != by_qpn.end()) post_recvs(*it->second, 1);
+        auto it = by_qpn.find(static_cast<uint32_t>(wc[i].wr_id));
+        if (it == by_qpn.end()) continue;
+        Victim& v = *it->second;
+        if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
+          // A request the responder refused (an invalid opcode sequence, a
+          // bad rkey, bounds or rights) put the QP in error, as IBA says,
+          // and flushed its receives.
+          if (v.state == IBV_QPS_RTR || v.state == IBV_QPS_RTS) rearm.insert(&v);
+        } else {
+          post_recvs(v, 1);
         }
       }
     }
     if (k < 0) die("ibv_poll_cq");
     if (last) break;
-    // A request the responder refuses (an invalid opcode sequence, a bad
-    // rkey, bounds or rights) puts an RC QP in error, as IBA says: bring
-    // the RTR and RTS victims back, to PSN 0 again, so that the attack
-    // keeps reaching their checks.
-    for (Victim& v : victims) {
-      if (v.state != IBV_QPS_RTR && v.state != IBV_QPS_RTS) continue;
-      ibv_qp_attr qa{};
-      ibv_qp_init_attr qi{};
-      if (ibv_query_qp(v.qp, &qa, IBV_QP_STATE, &qi)) die("ibv_query_qp");
-      if (qa.qp_state != IBV_QPS_ERR) continue;
-      while ((k = ibv_poll_cq(cq, 64, wc)) > 0) completions += static_cast<uint64_t>(k), errors += static_cast<uint64_t>(k);
+    // Bring the RTR and RTS victims that went to error back, to PSN 0
+    // again, so that the attack keeps reaching their checks (a flush seen
+    // is the sign: no polling of the QP state, each query a control call).
+    for (auto it = rearm.begin(); it != rearm.end();) {
+      Victim* v = *it;
       ibv_qp_attr r{};
       r.qp_state = IBV_QPS_RESET;
-      if (ibv_modify_qp(v.qp, &r, IBV_QP_STATE)) die("to RESET");
-      ToState(v.qp, v.type, v.state, peer);
-      post_recvs(v, 64);
+      if (int rc = ibv_modify_qp(v->qp, &r, IBV_QP_STATE); rc != 0) die("to RESET", rc);
+      if (ToState(v->qp, v->type, v->state, peer) != 0) {
+        ++it;  // put in error again on the way: next time
+        continue;
+      }
+      post_recvs(*v, 64);
       ++rearmed;
+      it = rearm.erase(it);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -262,7 +273,7 @@ int RunVictim(const char* file, const char* peer_ip) {
       static_cast<unsigned long long>(completions), static_cast<unsigned long long>(errors),
       static_cast<unsigned long long>(rearmed));
   for (Victim& v : victims) {
-    if (ibv_destroy_qp(v.qp)) die("ibv_destroy_qp");
+    if (int rc = ibv_destroy_qp(v.qp); rc != 0) die("ibv_destroy_qp", rc);
   }
   if (ibv_dereg_mr(mr_ro) || ibv_dereg_mr(mr_rw) || ibv_dereg_mr(mr_recv) || ibv_destroy_cq(cq) ||
       ibv_dealloc_pd(pd) || ibv_close_device(ctx)) {

@@ -15,7 +15,8 @@
 # cleanly with no object left.
 #
 # usage: hostile_peer.sh LAUNCHER DROCED HOSTILE_PEER WRITE_CHECK
-#   DROCE_TEST_HOSTILE_SEED: the attack's seed (default: random, printed).
+#   DROCE_TEST_HOSTILE_SEED: the attack's seed (default: random, printed);
+#   DROCE_TEST_HOSTILE_PPS: its paced rate (default 5000 frames a second).
 set -u
 # The daemons live through the whole test.
 export DROCE_TEST_TIMEOUT=${DROCE_TEST_TIMEOUT:-150}
@@ -86,9 +87,8 @@ on_a uc_server.log ibv_uc_pingpong -g 0 -p 18602 -n 10000 -s 1024 -c
 s_uc=$last_pid
 on_a ud_server.log ibv_ud_pingpong -g 0 -p 18603 -n 10000 -s 512 -c
 s_ud=$last_pid
-for port in 18602 18603; do
-  wait_listen "$ns_a" "$port" "$victim" 15 || fail "nothing listens on $port in A"
-done
+wait_listen "$ns_a" 18602 "$s_uc" 30 && wait_listen "$ns_a" 18603 "$s_ud" 30 ||
+  { tail -n 5 "$dir"/*.log; fail "the UC or UD server did not listen in A"; }
 on_b uc_client.log ibv_uc_pingpong -g 0 -p 18602 -n 10000 -s 1024 -c "$ctl_prefix.1"
 c_uc=$last_pid
 on_b ud_client.log ibv_ud_pingpong -g 0 -p 18603 -n 10000 -s 512 -c "$ctl_prefix.1"
@@ -100,14 +100,16 @@ check_exit "the UD client" "$c_ud"
 check_exit "the UD server" "$s_ud"
 
 # Phase 2, RC: 64 KiB WRITEs and 4 KiB SENDs with every byte checked, while
-# the attack runs paced, then floods.
+# the attack runs paced, then floods. Local ACK timeout 14 (67 ms, as
+# perftest's): beside a CPU hog the engines stall for tens of milliseconds,
+# which write_check's 4 ms times 8 tries does not outlast.
+export WRITE_CHECK_TIMEOUT=14
 on_a wc_write_server.log env TCP_PAIR_ANY=1 "$write_check" server 18600
 s_write=$last_pid
 on_a wc_send_server.log env TCP_PAIR_ANY=1 "$write_check" server 18601
 s_send=$last_pid
-for port in 18600 18601; do
-  wait_listen "$ns_a" "$port" "$victim" 15 || fail "nothing listens on $port in A"
-done
+wait_listen "$ns_a" 18600 "$s_write" 30 && wait_listen "$ns_a" 18601 "$s_send" 30 ||
+  { tail -n 5 "$dir"/*.log; fail "a write_check server did not listen in A"; }
 on_b wc_write_client.log "$write_check" client "$ctl_prefix.1" 18600 8
 c_write=$last_pid
 on_b wc_send_client.log env WRITE_CHECK_VERB=send WRITE_CHECK_MSG=4096 "$write_check" client "$ctl_prefix.1" 18601 8

@@ -1,7 +1,7 @@
-// The congestion-control scenario runner (src/cc/scenario.h): 8 flows
+// The congestion-control scenario runner (src/transport/sim/cc_scenario.h): 8 flows
 // converge fairly through one bottleneck in virtual time, the same seed gives
 // the same CSV, incast completes with every byte in place.
-#include "cc/scenario.h"
+#include "transport/sim/cc_scenario.h"
 
 #include <gtest/gtest.h>
 

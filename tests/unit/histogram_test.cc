@@ -1,5 +1,5 @@
-// The HDR-style latency histogram (src/lab/histogram.h).
-#include "lab/histogram.h"
+// The HDR-style latency histogram (src/common/histogram.h).
+#include "common/histogram.h"
 
 #include <gtest/gtest.h>
 

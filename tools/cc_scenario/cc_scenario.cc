@@ -10,7 +10,7 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
-#include "cc/scenario.h"
+#include "transport/sim/cc_scenario.h"
 
 namespace droce::cc_scenario {
 namespace {

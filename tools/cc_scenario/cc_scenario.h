@@ -1,4 +1,4 @@
-// `droce cc-scenario`: the congestion-control experiments of src/cc/scenario.h
+// `droce cc-scenario`: the congestion-control experiments of src/transport/sim/cc_scenario.h
 // from the command line: seeded, CSV out, a PNG plot through gnuplot.
 // See docs/LAB.md ("Congestion control").
 #pragma once

@@ -1,5 +1,5 @@
-// The congestion-control scenario runner (cc/scenario.h).
-#include "cc/scenario.h"
+// The congestion-control scenario runner (transport/sim/cc_scenario.h).
+#include "transport/sim/cc_scenario.h"
 
 #include <algorithm>
 #include <cstring>

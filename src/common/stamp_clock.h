@@ -1,4 +1,4 @@
-// The post stamps of DROCE_LATENCY (lab/histogram.h): the low 32 bits of the
+// The post stamps of DROCE_LATENCY (common/histogram.h): the low 32 bits of the
 // time-stamp counter on x86-64 (rdtsc: ~26 ns here, where CLOCK_MONOTONIC
 // through kvm-clock costs ~150 ns, which would sit inside every measured
 // span), else of CLOCK_MONOTONIC in ns. The TSC is machine-wide, so a stamp
