@@ -1,5 +1,5 @@
 // qp_sweep: message rate, latency and memory per QP as the number of active
-// RC QPs between two processes grows (issue 19 item 5; bench/qp_sweep runs
+// RC QPs between two processes grows (bench/qp_sweep runs
 // it over memif for 1, 10, 100, 1000 and 10000 QPs). Run under droce:
 //   qp_sweep server PORT
 //   qp_sweep client HOST PORT NQPS SECONDS

@@ -1,4 +1,4 @@
-// Beside real devices (issue 18 item 7): libdroce.so exports the ibv_*
+// Beside real devices: libdroce.so exports the ibv_*
 // functions a program calls, and the system libibverbs is the next
 // definition of each (RTLD_NEXT: under LD_PRELOAD libdroce.so comes first
 // and libibverbs after it). ibv_get_device_list lists droce's devices and

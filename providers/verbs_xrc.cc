@@ -1,4 +1,4 @@
-// XRC (IBA 9.8.3, issue 18 item 5): XRC domains (ibv_open_xrcd), XRC SRQs
+// XRC (IBA 9.8.3): XRC domains (ibv_open_xrcd), XRC SRQs
 // (ibv_create_srq_ex, ibv_get_srq_num) and sharing an XRC target QP between
 // contexts (ibv_open_qp). The QPs themselves are created with the others
 // (verbs_objects.cc); the engine executes XRC (src/transport).

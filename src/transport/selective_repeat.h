@@ -6,7 +6,7 @@
 
 namespace droce::transport {
 
-// Selective repeat (issue 17 item 5; docs/LAB.md "Selective repeat"):
+// Selective repeat (docs/LAB.md "Selective repeat"):
 // IRN-style loss recovery between two droce QPs that both have it on,
 // negotiated in band by a reserved BTH bit (wire::Bth::sr), so a peer
 // without it (an RNIC, rxe, droce with it off) gets plain go-back-N.

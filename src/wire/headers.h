@@ -23,7 +23,7 @@ struct Bth {
   bool becn = false;
   uint32_t dqpn = 0;     // 24 bits
   bool ackreq = false;
-  // droce's selective-repeat flag (issue 17; docs/LAB.md "Selective
+  // droce's selective-repeat flag (docs/LAB.md "Selective
   // repeat"): the top bit of the 7 reserved bits after AckReq, which IBA
   // has senders zero and receivers ignore (rxe and RNICs read only AckReq
   // and the PSN from that word). A droce requester with selective repeat on

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Adaptive retransmission on a live link (DROCE_ADP_RETRANS, issue 16
-# item 6, docs/LAB.md "Adaptive retransmission"): perftest's ib_write_lat
+# Adaptive retransmission on a live link (DROCE_ADP_RETRANS,
+# docs/LAB.md "Adaptive retransmission"): perftest's ib_write_lat
 # between two processes over memif, the client's fault rule dropping 2 % of
 # its RDMA WRITEs. In a ping-pong every lost WRITE is a tail loss: no later
 # packet makes the responder NAK, so only a timer repairs it.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# droced under load, faults and hostile clients (issue 13): one daemon; the
+# droced under load, faults and hostile clients: one daemon; the
 # memory tiers checked by a client; 16 concurrent clients with traffic; then
 # two long-lived clients with traffic while 100 others are SIGKILLed at
 # random moments (set-up, traffic) and hostile clients send random,

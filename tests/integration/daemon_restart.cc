@@ -1,4 +1,4 @@
-// A client of droced across a restart of the daemon (issue 15, item 5); run
+// A client of droced across a restart of the daemon; run
 // as a client (`droce exec --daemon SOCKET -- daemon_restart`) by
 // daemon_restart.sh, which stops droced once "ready" is printed and starts
 // it again on the same socket.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A restart of droced (issue 15, item 5): a client with objects waits while
+# A restart of droced: a client with objects waits while
 # droced is stopped (SIGTERM) and started again on the same socket. The
 # client must see IBV_EVENT_DEVICE_FATAL, get EIO from its posting verbs,
 # destroy everything and close, then open droce0 again and move data

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# droced's configuration file and systemd integration (issue 15; the unit
+# droced's configuration file and systemd integration (the unit
 # itself: droced_unit.sh):
 #  - droced started with a file listens at the file's socket, with the
 #    file's group and mode, tells NOTIFY_SOCKET READY=1 once it does and

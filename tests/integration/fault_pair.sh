@@ -9,7 +9,7 @@
 #   2. corrupt 5% — the client's engine counts the corrupted frames in
 #      icrc_err (read from its DROCE_STATS=1 report), as many as the server
 #      corrupted (less any still in flight when the client closed).
-#   3. rx loss random 20% ecn — congestion marks on a live link (issue 17):
+#   3. rx loss random 20% ecn — congestion marks on a live link:
 #      the server's stage sets ECN CE on ECN-capable frames it receives
 #      (DROCE_CC=dcqcn, the default, sends data ECT(0)), its QPs count each
 #      in np_ecn_marked_roce_packets and answer with CNPs, and the client's

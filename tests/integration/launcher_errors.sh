@@ -164,7 +164,7 @@ if ! grep -Fxq "droce: demo: --workers: '0' is not a worker count (1 to 16)" "$t
   not_ok "demo --workers 0: unexpected message: $(cat "$tmp/err")"
 fi
 # ---------------------------------------------------------------------------
-# The launcher and the provider agree (issue 21): they share one parser
+# The launcher and the provider agree: they share one parser
 # (src/config/settings.h), and these pin it down from the outside.
 devinfo=$(command -v ibv_devinfo || true)
 if [ -z "$devinfo" ] || [ ! -f "$provider" ]; then
@@ -239,7 +239,7 @@ else
   two_links="$(memif 0 server);$(memif 1 client)"
   seventeen=$(for i in $(seq 0 16); do printf 'net_ring%d;' "$i"; done)
 
-  # Refused by both. The regressions of issue 21 first: a gateway with a
+  # Refused by both. Two past regressions first: a gateway with a
   # prefix length (the launcher took it, the engine did not) and address
   # lists longer than the device list (the engine ignored the extra entries
   # unchecked).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A memif client started before its server (issue 20: two programs that open
+# A memif client started before its server (two programs that open
 # their devices at the same moment, as ucx_perftest and MPI ranks do):
 #   1. with no server, the client's device opens (after a bounded wait) and
 #      its port reports PORT_DOWN, not ACTIVE;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open MPI jobs over droce with `--mca pml ucx` (issue 20), each rank with
+# Open MPI jobs over droce with `--mca pml ucx`, each rank with
 # its own droce link and address through droce-rank, data checked by
 # mpi_check (ping-pong, allreduce, a non-blocking ring exchange):
 #   1. 2 ranks joined by a memif link;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Selective repeat on a live link (DROCE_SR, issue 17 item 5, docs/LAB.md):
+# Selective repeat on a live link (DROCE_SR, docs/LAB.md):
 # two processes over memif, the client's engine dropping its own requests
 # with the fault injector (DROCE_FAULT on what it sends).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# droce-switch (tools/droce_switch/, issue 17 item 3b): ib_write_bw between
+# droce-switch (tools/droce_switch/): ib_write_bw between
 # two droce processes through a live congested switch port. The switch is the
 # memif server of two links; the perftest server and client connect to it as
 # memif clients. Its egress port toward the server runs at 2 Gb/s with RED/ECN

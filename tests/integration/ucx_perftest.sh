@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ucx_perftest between two processes over a memif link (issue 20): UCT tests
+# ucx_perftest between two processes over a memif link: UCT tests
 # on rc_verbs and ud_verbs and UCP tests, with UCX_TLS=rc_verbs,ud_verbs,self
 # and UCX's defaults otherwise. Each test must pass on both sides and exit
 # cleanly within the bound; prints each test's "Final:" line.

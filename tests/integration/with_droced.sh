@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command as a client of a droced started for it (issue 13: the
+# Runs a command as a client of a droced started for it (the
 # provider's own test suites in daemon mode):
 #   with_droced.sh DROCED [DROCED ARGS...] -- CMD [ARGS...]
 # The daemon gets a socket in a temporary directory (@DIR@ in its

@@ -1,4 +1,4 @@
-// A stand-in for the system libibverbs (issue 18 item 7: this machine has
+// A stand-in for the system libibverbs (this machine has
 // no kernel RDMA device to test beside): one device, "standin0", whose
 // context and objects are plain structs of this library. Every ibv_*
 // function libdroce.so forwards for a device that is not droce's is defined

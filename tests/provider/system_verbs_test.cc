@@ -1,4 +1,4 @@
-// Beside real devices (issue 18 item 7; providers/system_verbs.h): with a
+// Beside real devices (providers/system_verbs.h): with a
 // stand-in for the system libibverbs behind libdroce.so (system_standin.cc,
 // one device "standin0"), a program sees droce's devices and the system's;
 // every call on the system device's objects reaches the system library

@@ -1,4 +1,4 @@
-// What rdma-core's suite holds providers to (issue 18), through the verbs
+// What rdma-core's suite holds providers to, through the verbs
 // API: on-demand paging (the caps, IBV_ACCESS_ON_DEMAND registrations that
 // carry traffic, implicit ODP, ibv_advise_mr's answers with the kernel's mlx5 errnos),
 // ibv_create_qp_ex's masks, and ibv_rereg_mr with a QP reset that drops the
@@ -213,7 +213,7 @@ TEST_F(Odp, AdviseMr) {
 namespace droce::test {
 namespace {
 
-// ibv_create_qp_ex's masks and creation flags (issue 18 item 3).
+// ibv_create_qp_ex's masks and creation flags.
 TEST_F(Loopback, CreateQpExMasksAndFlags) {
   auto attr = [&](uint32_t mask) {
     ibv_qp_init_attr_ex a{};

@@ -1,5 +1,5 @@
 // ibv_dereg_mr while a remote peer is in the middle of an RDMA WRITE to the
-// region (issue 21): once the call returns, no byte of the region may
+// region: once the call returns, no byte of the region may
 // change, and the WRITE completes with IBV_WC_REM_ACCESS_ERR. The engine
 // checks the rkey again on every packet; before it did, about 16 million of
 // the 16 MiB were written after ibv_dereg_mr had returned, in 8 of 8 trials.

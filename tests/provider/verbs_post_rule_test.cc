@@ -1,4 +1,4 @@
-// One rule for "may work be posted now" (issue 21): every posting verb
+// One rule for "may work be posted now": every posting verb
 // decides from the QP's state as the engine has it. After each way the
 // engine moves a QP to ERR by itself — retry exceeded, a full CQ, a corrupt
 // ring, an SRQ in error — receives and sends posted afterwards (without an

@@ -1,4 +1,4 @@
-// XRC through the verbs API (issue 18 item 5): ibv_open_xrcd's file rules,
+// XRC through the verbs API: ibv_open_xrcd's file rules,
 // XRC SRQs (ibv_create_srq_ex, ibv_get_srq_num), XRC initiator and target
 // QPs (ibv_create_qp_ex), the remote SRQ number through both posting APIs,
 // ibv_open_qp, and the errors ibv_*(3) and the kernel give. Runs embedded and

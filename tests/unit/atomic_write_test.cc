@@ -1,4 +1,4 @@
-// IBA 1.5 ATOMIC WRITE (RC opcode 0x1D; issue 18 item 6) in the virtual-time
+// IBA 1.5 ATOMIC WRITE (RC opcode 0x1D) in the virtual-time
 // simulator: the packet's layout, the 8 bytes landing in one store, the
 // completion's opcode, the alignment rule, and loss and duplication.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Congestion control in the transport (issue 17 item 1): ECT(0) on data
+// Congestion control in the transport: ECT(0) on data
 // packets, CNPs on CE-marked packets, DCQCN cutting the rate through the
 // pacer, and the four ConnectX counters, each an exact number of times, in
 // the virtual-time simulator.

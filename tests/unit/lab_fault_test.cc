@@ -436,7 +436,7 @@ namespace droce::lab {
 namespace {
 
 // netem's `ecn`: the loss model's victims are marked CE when ECN-capable
-// (issue 17: a congested switch's marks on a live link), dropped otherwise.
+// (a congested switch's marks on a live link), dropped otherwise.
 TEST(LabEcn, MarksEcnCapablePacketsInsteadOfDropping) {
   FaultEngine e(Rules("loss random 10% ecn seed 7"));
   uint64_t marked = 0, dropped = 0;

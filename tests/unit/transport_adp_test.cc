@@ -1,5 +1,5 @@
 // Adaptive retransmission (DROCE_ADP_RETRANS, transport/adaptive_retrans.h;
-// issue 16 item 6's roce_adp_retrans and roce_adp_retrans_to) in virtual
+// the ConnectX counters roce_adp_retrans and roce_adp_retrans_to) in virtual
 // time: a lost tail packet, ACK or READ response is resent after the round
 // trip's timeout instead of the QP's local ACK timeout; the early resends
 // spend no retry, so a dead peer fails the QP when it would without them;

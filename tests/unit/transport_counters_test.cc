@@ -1,4 +1,4 @@
-// The ConnectX-named counters (issue 16 item 6; docs/COUNTERS.md), each
+// The ConnectX-named counters (docs/COUNTERS.md), each
 // triggered an exact number of times in the virtual-time simulator.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// Remote access after deregistration (issue 21): once an MR is deregistered
+// Remote access after deregistration: once an MR is deregistered
 // or a memory window invalidated or unbound, no packet — not even the rest
 // of a message whose first packet was checked — may touch that memory. The
 // engine changes the MR table only between loop turns (every worker

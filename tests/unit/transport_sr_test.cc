@@ -1,4 +1,4 @@
-// Selective repeat (issue 17 item 5) in virtual time: 64 KiB RDMA WRITEs
+// Selective repeat in virtual time: 64 KiB RDMA WRITEs
 // through a 25 Gb/s link with a 5 µs propagation delay each way, requests
 // lost by a seeded model (random 1 %, Gilbert-Elliott), every byte checked.
 // Go-back-N resends everything after each loss; selective repeat resends
@@ -39,7 +39,7 @@ struct Options {
   uint8_t mtu = 3;  // 1024
   uint64_t delay_ns = 5000;  // propagation, each way
   uint32_t rto_us = 0;       // selective repeat's timeout: 0 adaptive (the default)
-  // The path misbehaves (issue 41): at random, 5 ms stretches with 10x the
+  // The path misbehaves: at random, 5 ms stretches with 10x the
   // propagation delay, and the responder stopping for 1-20 ms (nothing it
   // receives or sends moves until it runs again).
   bool jitter = false;

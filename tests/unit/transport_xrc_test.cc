@@ -1,4 +1,4 @@
-// XRC (IBA 9.8.3, issue 18 item 5) in the virtual-time simulator: an XRC
+// XRC (IBA 9.8.3) in the virtual-time simulator: an XRC
 // initiator QP sends to the XRC SRQs behind one XRC target QP, naming each
 // in the XRCETH; the target executes every request on the SRQ it names (its
 // receive WQEs, its CQ, its PD) and refuses an SRQ outside its domain.

@@ -1,4 +1,4 @@
-// Tests for the wire additions of issue 3: IPv6 (parser, builder, ICRC
+// Tests for the wire beyond IPv4 RC basics: IPv6 (parser, builder, ICRC
 // masking, UDP checksum, extension headers), the 802.1Q builder, builders
 // for every opcode, the segmented parser, AETH credit counts, MSN and GIDs.
 // The basic IPv4 parser and the golden ICRCs are tested in wire_test.cc.

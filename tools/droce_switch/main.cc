@@ -1,4 +1,4 @@
-// droce-switch: a congested Ethernet switch on live links (issue 17 item 3b).
+// droce-switch: a congested Ethernet switch on live links.
 // Each --port is a memif server socket that a droce process (droce exec
 // --link net_memif0,role=client,socket=PATH) or any memif peer connects to;
 // frames are switched by learned MAC (flooded when unknown) and leave each

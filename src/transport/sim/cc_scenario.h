@@ -1,4 +1,4 @@
-// Congestion-control experiments in virtual time (issue 17 item 4): real
+// Congestion-control experiments in virtual time: real
 // transport QPs (src/transport, the simulator of src/transport/sim) sending
 // RDMA WRITEs through one congested switch port (cc/switch.h) to one
 // receiver, with DCQCN (cc/dcqcn.h) at every QP. Seeded and deterministic:
