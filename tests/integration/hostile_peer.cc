@@ -9,9 +9,12 @@
 //     remote-read only; the last 64 KiB is in no MR. The buffer is filled
 //     with a pattern. Writes FILE (`NAME VALUE...` lines: the QPNs, the MRs'
 //     addresses, rkeys and lengths, the UD Q_Key), then keeps every receive
-//     queue full and drains the CQ until FILE.stop exists. Then checks that
-//     no byte outside the read-write MR changed and prints
-//       victim: guard bytes changed G, granted bytes changed W, completions C (E in error)
+//     queue full, drains the CQ and brings an RTR or RTS victim that a
+//     refused request put in error back to its state at PSN 0, until
+//     FILE.stop exists. Then checks that no byte outside the read-write MR
+//     changed and prints
+//       victim: guard bytes changed G, granted bytes changed W, completions C
+//       (E in error), QPs brought back from error B
 //     Exit 0 if G is 0.
 //
 //   hostile_peer attack IFACE DST_MAC DST_IP SRC_IP FILE SECONDS SEED [PPS] [FLOOD]
@@ -405,7 +408,9 @@ class Attacker {
     switch (R(7)) {
       case 0: {  // bit flips anywhere, ICRC kept (wrong) or recomputed
         for (uint32_t i = 0, k = 1 + R(8); i < k; ++i) f[R(static_cast<uint32_t>(f.size()))] ^= static_cast<uint8_t>(1u << R(8));
-        if (P(50)) droce::wire::finish_icrc(f.data(), f.size());
+        // (finish_icrc reads the IP header: only while it still says IPv4
+        // without options, or it could read past a short frame.)
+        if (P(50) && f[12] == 0x08 && f[13] == 0x00 && f[14] == 0x45) droce::wire::finish_icrc(f.data(), f.size());
         break;
       }
       case 1:  // cut short: anywhere from the Ethernet header on
