@@ -161,27 +161,24 @@ void Connect(Ends* e, const Wire& peer) {
   }
 }
 
-void PostRecv(Ends* e) {
-  ibv_sge s{reinterpret_cast<uint64_t>(&e->ctl[0]), 4, e->ctl_mr->lkey};
+void PostRecvBuf(Ends* e, const void* buf, uint32_t len, uint32_t lkey, uint64_t wr_id) {
+  ibv_sge s{reinterpret_cast<uint64_t>(buf), len, lkey};
   ibv_recv_wr w{};
   ibv_recv_wr* bad;
-  w.wr_id = kSlots;
+  w.wr_id = wr_id;
   w.sg_list = &s;
   w.num_sge = 1;
   if (ibv_post_recv(e->qp, &w, &bad)) die("ibv_post_recv");
 }
 
-// The server's receives for a pass of SENDs: slot s's buffer as wr_id s.
-void PostSlotRecvs(Ends* e) {
-  for (uint32_t slot = 0; slot < kSlots; ++slot) {
-    ibv_sge s{reinterpret_cast<uint64_t>(e->Slot(slot)), e->msg, e->mr->lkey};
-    ibv_recv_wr w{};
-    ibv_recv_wr* bad;
-    w.wr_id = slot;
-    w.sg_list = &s;
-    w.num_sge = 1;
-    if (ibv_post_recv(e->qp, &w, &bad)) die("ibv_post_recv (slot)");
-  }
+// The receive of a 4-byte control message (wr_id kSlots).
+void PostRecv(Ends* e) { PostRecvBuf(e, &e->ctl[0], 4, e->ctl_mr->lkey, kSlots); }
+
+// The server's receives for the next pass: with SENDs, slot s's buffer as
+// wr_id s; with WRITEs, the one control receive for the pass's end.
+void PostPassRecvs(Ends* e) {
+  if (e->verb != kSend) return PostRecv(e);
+  for (uint32_t slot = 0; slot < kSlots; ++slot) PostRecvBuf(e, e->Slot(slot), e->msg, e->mr->lkey, slot);
 }
 
 void PostSendImm(Ends* e, uint32_t imm, uint32_t value) {
@@ -238,16 +235,13 @@ int Server(int port) {
   e.msg = peer.msg;
   const Wire me = Local(e);
   Connect(&e, peer);
-  if (e.verb == kSend) {
-    PostSlotRecvs(&e);
-  } else {
-    PostRecv(&e);
-  }
+  PostPassRecvs(&e);
   WriteAll(fd, &me, sizeof(me));
   uint64_t bad_total = 0;
   uint32_t passes = 0;
-  for (bool end = false; !end;) {
+  for (;;) {
     uint32_t pass = 0;
+    bool end = false;
     if (e.verb == kSend) {
       // The pass's messages arrive into the slots in order; the end SEND
       // into the next pass's first.
@@ -271,11 +265,7 @@ int Server(int port) {
       if (pass == kEnd) break;
     }
     const uint32_t bad = CheckSlots(&e, pass);
-    if (e.verb == kSend) {
-      PostSlotRecvs(&e);
-    } else {
-      PostRecv(&e);
-    }
+    PostPassRecvs(&e);
     bad_total += bad;
     ++passes;
     PostSendImm(&e, pass, bad);
