@@ -67,6 +67,17 @@ const char* QpStateName(transport::QpState s) {
   return "?";
 }
 
+// The retransmission timer in force (Qp::RetransTimer).
+const char* RetransName(transport::Qp::RetransTimer t) {
+  switch (t) {
+    case transport::Qp::RetransTimer::kSelectiveRepeat: return "sr";
+    case transport::Qp::RetransTimer::kAdaptive: return "adaptive";
+    case transport::Qp::RetransTimer::kLocalAck: return "local-ack";
+    case transport::Qp::RetransTimer::kNone: break;
+  }
+  return "none";
+}
+
 absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError(what); }
 
 // Optional integer field; absent → -1.
@@ -214,6 +225,11 @@ absl::StatusOr<Json> Res(Host& host, const Json& req, const Filter& f) {
         j["recv-cqn"] = q.recv_cq;
         if (q.srq != 0) j["srqn"] = q.srq;
         j["mtu"] = MtuBytes(q.path_mtu);
+        if (q.retrans != transport::Qp::RetransTimer::kNone) {
+          j["retrans"] = RetransName(q.retrans);
+          j["rto-us"] = q.rto_ns / 1000;
+          if (q.srtt_ns != 0) j["srtt-us"] = q.srtt_ns / 1000;
+        }
         AddPid(j, pid, comms);
         out.push_back(std::move(j));
       }

@@ -89,6 +89,7 @@ inline uint64_t Peek(const uint64_t& c) {
   X(sr_sack_rcvd, "selective repeat: SACKs received by a requester") \
   X(sr_held_pkts, "selective repeat: requests received out of order and held until the missing ones arrived") \
   X(sr_timeouts, "selective repeat: retransmission timeouts (the oldest unacknowledged packet resent; not a transport retry)") \
+  X(sr_spurious_resends, "selective repeat: resent requests the responder had already received, as its ACKs report them (DSACK-style): resends that were not needed") \
   X(roce_adp_retrans, "ConnectX: adaptive retransmissions (DROCE_ADP_RETRANS): go-back-N resends from the oldest unacknowledged packet when the round-trip timer expired before the QP's local ACK timeout (no retry spent)") \
   X(roce_adp_retrans_to, "ConnectX: local ACK timeouts reached by a QP with adaptive retransmission on: its adaptive resends brought no acknowledgement (each also in completer_retry_err)")
 
@@ -177,6 +178,7 @@ inline constexpr CounterAlias kCounterAliases[] = {
   X(sr_sack_rcvd)            \
   X(sr_held_pkts)            \
   X(sr_timeouts)             \
+  X(sr_spurious_resends)     \
   X(roce_adp_retrans)        \
   X(roce_adp_retrans_to)
 

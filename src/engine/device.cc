@@ -1240,7 +1240,8 @@ Device::Resources Device::ReadResources() {
     for (const auto& [qpn, e] : qps_) {
       const transport::Qp& q = *e->qp;
       r.qps.push_back({qpn, e->pd, e->send_cq, e->recv_cq, e->srq, q.attr().dest_qpn, q.next_psn(),
-                       q.expected_psn(), q.type(), q.state(), q.attr().path_mtu, e->owner_tag});
+                       q.expected_psn(), q.type(), q.state(), q.attr().path_mtu, e->owner_tag,
+                       q.retrans_timer(), q.RetransTimeoutNs(), q.rtt().has_sample() ? q.rtt().srtt_ns() : 0});
     }
     for (const auto& [id, c] : cqs_) r.cqs.push_back({id, c.region->capacity(), c.users});
     for (const auto& [id, uses] : pds_) r.pds.push_back({id, uses});

@@ -350,6 +350,9 @@ class Device final : public Session {
     transport::QpState state;
     uint8_t path_mtu;
     uint64_t owner;
+    transport::Qp::RetransTimer retrans;
+    uint64_t rto_ns;   // Qp::RetransTimeoutNs
+    uint64_t srtt_ns;  // the smoothed round trip; 0 before the first sample
   };
   struct CqRes {
     uint32_t id, entries, users;

@@ -548,6 +548,9 @@ void Qp::OnResponse(const wire::PacketView& pkt) {
   const wire::Aeth aeth = wire::read_aeth(pkt.ext(pkt.info->aeth));
   switch (aeth.type()) {
     case wire::AckType::kAck: {
+      // A selective-repeat responder's count of duplicates received: resends
+      // of packets that had arrived (wire::Bth::sr_run).
+      if (pkt.bth.sr && sr_.on && pkt.bth.sr_run != 0) Count(QpCounter::sr_spurious_resends, pkt.bth.sr_run);
       AckUpTo(wire::psn_add(psn, 1));
       Trace(TraceKind::kAck, pkt.bth.opcode, psn, aeth.msn);
       break;
@@ -623,6 +626,23 @@ uint64_t Qp::AdpInterval() const {
   for (unsigned i = 0; i < k && wait < limit; ++i) wait <<= 1;
   if (wait < limit) return wait;
   return attr_.timeout != 0 ? kNoTimer : limit;
+}
+
+Qp::RetransTimer Qp::retrans_timer() const {
+  if (!reliable() || (attr_.state != QpState::kRts && attr_.state != QpState::kSqd)) return RetransTimer::kNone;
+  if (SrActive()) return RetransTimer::kSelectiveRepeat;
+  if (AdpActive() && AdpInterval() != kNoTimer) return RetransTimer::kAdaptive;
+  return attr_.timeout != 0 ? RetransTimer::kLocalAck : RetransTimer::kNone;
+}
+
+uint64_t Qp::RetransTimeoutNs() const {
+  switch (retrans_timer()) {
+    case RetransTimer::kSelectiveRepeat: return SrRtoNs();
+    case RetransTimer::kAdaptive: return AdpInterval();
+    case RetransTimer::kLocalAck: return uint64_t{4096} << attr_.timeout;
+    case RetransTimer::kNone: break;
+  }
+  return 0;
 }
 
 uint64_t Qp::AdpDue() const {

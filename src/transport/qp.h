@@ -330,6 +330,16 @@ class Qp {
   // (`rdma res show qp`'s sq-psn and rq-psn); read on the worker.
   uint32_t next_psn() const { return next_psn_; }
   uint32_t expected_psn() const { return epsn_; }
+  // The retransmission timer in force (`droce ctl res show qp`), read on the
+  // worker: selective repeat's RTO once the peer has it too, else adaptive
+  // retransmission's next wait, else the IBA local ACK timeout; kNone for an
+  // unreliable QP, one that sends nothing (not RTS or SQD), or timeout 0
+  // (wait forever) with neither.
+  enum class RetransTimer : uint8_t { kNone, kLocalAck, kAdaptive, kSelectiveRepeat };
+  RetransTimer retrans_timer() const;
+  // That timer's timeout now (ns; 0 with kNone): the wait from the last
+  // progress before the oldest unacknowledged packet goes again.
+  uint64_t RetransTimeoutNs() const;
   // Events raised since the last call (bit i = QpEvent value i).
   uint32_t TakeEvents() {
     uint32_t e = events_;
@@ -374,7 +384,7 @@ class Qp {
     bool finished = false;   // READ: the last packet has been sent
     uint64_t orig = 0;       // atomic result
     bool sr = false;         // ACK: to a selective-repeat requester (carries wire::Bth::sr)
-    uint8_t sack_run = 0;    // SACK: PSNs before psn held too (wire::Bth::sr_run)
+    uint8_t sack_run = 0;    // SACK: PSNs before psn held too; ACK: duplicates received (wire::Bth::sr_run)
     wire::MacAddr dmac{};
     wire::Ipv6Addr dgid{};   // the requester's address (the request's source)
   };
@@ -459,7 +469,9 @@ class Qp {
   void OnUdRequest(const wire::PacketView& pkt);
   bool TakeRecvWqe(bool* bad);
   void SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
-  void QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
+  // `dups`: duplicate requests of a selective-repeat requester this ACK
+  // answers (carried in wire::Bth::sr_run; the ACK's that coalesce add up).
+  void QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn, uint8_t dups = 0);
   bool Scatter(const uint8_t* src, uint32_t len, uint8_t* status);
   // Starts an RDMA WRITE (the RETH of its FIRST or ONLY packet): the whole
   // range must be writable now, so a bad R_Key is refused before any byte
@@ -515,10 +527,10 @@ class Qp {
     Trace(TraceKind::kTx, b.opcode, b.psn, syndrome, frame_len);
   }
   // One event, in this QP's counters and in the device's.
-  void Count(QpCounter c) {
+  void Count(QpCounter c, uint64_t n = 1) {
     const size_t i = static_cast<size_t>(c);
-    Bump(counters_.values[i]);
-    Bump(env_->Stats().*kQpCounterInfo[i].field);
+    Bump(counters_.values[i], n);
+    Bump(env_->Stats().*kQpCounterInfo[i].field, n);
   }
 
   uint32_t qpn_;

@@ -1,6 +1,7 @@
 // Responder for SEND and RDMA WRITE: PSN checks, receive WQE consumption,
 // placement and ACKs (IBA 9.7.5.1) for RC, and the unreliable variants for UC
 // and UD (IBA 9.8, 9.9). READ and atomics are in responder_rd.cc.
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -97,12 +98,13 @@ void Qp::SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
 // own), so a burst of requests costs one ACK frame, not one per message.
 // The engine sends the queue in the same loop turn (PollSend on the QP,
 // which HasResponses makes active).
-void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
+void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn, uint8_t dups) {
   if (resp_head_ != resp_tail_) {
     Response& tail = responses_[(resp_tail_ - 1) % responses_.size()];
     if (tail.kind == Response::kAck && (tail.syndrome >> 5) == 0 && aeth.type() == wire::AckType::kAck) {
       tail.psn = psn;  // coalesce: a later ACK acknowledges everything before it
       tail.msn = aeth.msn;
+      if (tail.sr) tail.sack_run = static_cast<uint8_t>(std::min(63, tail.sack_run + dups));
       if (tail.sr) sr_announced_ = true;
       Count(QpCounter::ack_coalesced);
       return;
@@ -122,6 +124,7 @@ void Qp::QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn) {
   // NAK without it is plain go-back-N's).
   r.sr = sr_.on && req.bth.sr && aeth.type() == wire::AckType::kAck;
   if (r.sr) sr_announced_ = true;
+  if (r.sr) r.sack_run = std::min<uint8_t>(dups, 63);
   r.dmac = req.smac;
   r.dgid = req.sip6;
 }
@@ -422,7 +425,10 @@ void Qp::ExecuteRequest(const wire::PacketView& pkt) {
       else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
     }
     else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
-    else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask));
+    // A selective-repeat requester resends a packet only when it took it
+    // for lost: this one was not, and the ACK says so (its needless resends,
+    // sr_spurious_resends there).
+    else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask), (pkt.bth.sr && sr_.on) ? 1 : 0);
     return;
   }
   // The expected request: an XRC target takes the SRQ it names (not

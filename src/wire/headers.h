@@ -30,8 +30,11 @@ struct Bth {
   // sets it on its requests; a droce responder with it on answers such a
   // requester with it set, and its SACKs are NAKs carrying it.
   bool sr = false;
-  // With sr on a SACK: how many PSNs before this one are held too (0..63),
-  // in the other 6 reserved bits of that byte; 0 on every other packet.
+  // In the other 6 reserved bits of that byte (0..63), with sr on: on a
+  // SACK, how many PSNs before this one are held too; on a positive ACK, how
+  // many duplicate requests the responder received since its last ACK (a
+  // DSACK, RFC 2883's idea: each a resend that was not needed); 0 on every
+  // other packet.
   uint8_t sr_run = 0;
   uint32_t psn = 0;      // 24 bits
 };

@@ -113,7 +113,7 @@ checked() {
   timeout_allowance=0
   [ "$stalls" -gt 0 ] && timeout_allowance=$(( timeouts * 512 ))
   echo "[$name] $(grep -E '^passes' "$c"); dropped $lost, retransmitted $resent," \
-       "SACKs $(stat_of "$c" sr_sack_rcvd), held $(stat_of "$s" sr_held_pkts), RTOs $(stat_of "$c" sr_timeouts)," \
+       "SACKs $(stat_of "$c" sr_sack_rcvd), held $(stat_of "$s" sr_held_pkts), RTOs $(stat_of "$c" sr_timeouts), needless $(stat_of "$c" sr_spurious_resends)," \
        "ACK timeouts $timeouts, engine stalls $stalls (server ${sstall_us:-0} us, client ${cstall_us:-0} us)," \
        "server duplicates $(stat_of "$s" duplicate_request)"
 }

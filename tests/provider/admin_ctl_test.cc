@@ -146,6 +146,10 @@ TEST_F(AdminCtl, ResourcesAndCountersMatchTheVerbsObjects) {
     EXPECT_EQ(q["type"], "RC");
     EXPECT_EQ(q["state"], "RTS");
     EXPECT_EQ(q["pid"], getpid());
+    // The retransmission timer in force: neither selective repeat nor
+    // adaptive retransmission here, so the local ACK timeout 14's 67 ms.
+    EXPECT_EQ(q["retrans"], "local-ack");
+    EXPECT_EQ(q["rto-us"], (uint64_t{4096} << 14) / 1000);
     qpns.insert(q["lqpn"].get<uint32_t>());
   }
   EXPECT_EQ(qpns, (std::set<uint32_t>{a->qp_num, b->qp_num}));

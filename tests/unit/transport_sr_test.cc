@@ -52,6 +52,12 @@ struct Result {
   uint64_t retransmitted = 0;  // the requester's retransmitted_pkts
   double goodput_gbps = 0;     // WRITE payload over the virtual time it took
   uint64_t sacks = 0, held = 0, rtos = 0, seq_naks = 0, cuts = 0, timeouts = 0;
+  // Needless resends: as the requester counts them from the responder's
+  // marks (sr_spurious_resends), and the duplicates the responder received.
+  uint64_t spurious = 0, dups = 0;
+  // The requester's retransmission timer at the end (`droce ctl res show qp`).
+  transport::Qp::RetransTimer timer = transport::Qp::RetransTimer::kNone;
+  uint64_t rto_ns = 0;
   uint64_t sr_bit_requests = 0, sr_bit_responses = 0;  // frames sent with wire::Bth::sr
   bool bytes_ok = false;
 };
@@ -163,17 +169,22 @@ Result RunWrites(const Options& o) {
   r.seq_naks = sa.rcvd_seq_err;
   r.cuts = sa.gbn_window_cuts;
   r.timeouts = sa.completer_retry_err;
+  r.spurious = sa.sr_spurious_resends;
+  r.dups = sb.duplicate_request;
+  r.timer = p.a.qp->retrans_timer();
+  r.rto_ns = p.a.qp->RetransTimeoutNs();
   EXPECT_EQ(sa.retry_exceeded_err, 0u);
   return r;
 }
 
 void Print(const char* what, const Result& r) {
   std::printf("  %-28s lost %5llu retransmitted %6llu (%.2f per loss) goodput %6.2f Gb/s "
-              "SACKs %llu held %llu RTOs %llu NAKs %llu window cuts %llu timeouts %llu\n",
+              "SACKs %llu held %llu RTOs %llu spurious %llu NAKs %llu window cuts %llu timeouts %llu\n",
               what, static_cast<unsigned long long>(r.lost), static_cast<unsigned long long>(r.retransmitted),
               r.lost ? static_cast<double>(r.retransmitted) / static_cast<double>(r.lost) : 0.0, r.goodput_gbps,
               static_cast<unsigned long long>(r.sacks), static_cast<unsigned long long>(r.held),
-              static_cast<unsigned long long>(r.rtos), static_cast<unsigned long long>(r.seq_naks),
+              static_cast<unsigned long long>(r.rtos), static_cast<unsigned long long>(r.spurious),
+              static_cast<unsigned long long>(r.seq_naks),
               static_cast<unsigned long long>(r.cuts), static_cast<unsigned long long>(r.timeouts));
 }
 
@@ -279,6 +290,31 @@ TEST(SelectiveRepeat, AdaptiveTimeoutOnAMisbehavingPath) {
   EXPECT_LT(adaptive.rtos, fixed.rtos);
   EXPECT_LT(static_cast<double>(adaptive.retransmitted) / static_cast<double>(adaptive.lost),
             static_cast<double>(fixed.retransmitted) / static_cast<double>(fixed.lost));
+  // The needless resends, as the responder's ACKs report them: every
+  // duplicate it received, and fewer with the adaptive timeout.
+  EXPECT_EQ(fixed.spurious, fixed.dups);
+  EXPECT_EQ(adaptive.spurious, adaptive.dups);
+  EXPECT_GT(fixed.spurious, 0u);
+  EXPECT_LT(adaptive.spurious, fixed.spurious);
+}
+
+// A responder that stops for 2 ms with nothing lost: every resend of the
+// fixed 320 µs timeout was needless, and the requester counts each one from
+// the marks on the responder's ACKs (wire::Bth::sr_run on an ACK).
+TEST(SelectiveRepeat, NeedlessResendsAreCounted) {
+  Options o;
+  o.loss = "loss random 0%";
+  o.writes = 64;
+  o.rto_us = 320;
+  o.stop_at_ns = 200'000;
+  o.stop_ns = 2'000'000;
+  const Result r = RunWrites(o);
+  Print("fixed 320 us, stopped 2 ms", r);
+  EXPECT_TRUE(r.bytes_ok);
+  EXPECT_EQ(r.lost, 0u);
+  ASSERT_GT(r.retransmitted, 0u);
+  EXPECT_EQ(r.spurious, r.retransmitted);
+  EXPECT_EQ(r.dups, r.retransmitted);
 }
 
 // The goodput check of the issue is at 1 % random loss: at least 3×.
@@ -308,7 +344,14 @@ TEST(SelectiveRepeat, NoLossNoResend) {
   EXPECT_EQ(sr.retransmitted, 0u);
   EXPECT_EQ(sr.held, 0u);
   EXPECT_EQ(sr.rtos, 0u);
+  EXPECT_EQ(sr.spurious, 0u);
   EXPECT_GE(sr.goodput_gbps, 0.99 * gbn.goodput_gbps);
+  // What `droce ctl res show qp` reports: selective repeat's timer, at its
+  // floor on this steady 10 µs path; go-back-N's is the local ACK timeout.
+  EXPECT_EQ(sr.timer, transport::Qp::RetransTimer::kSelectiveRepeat);
+  EXPECT_EQ(sr.rto_ns, 320'000u);
+  EXPECT_EQ(gbn.timer, transport::Qp::RetransTimer::kLocalAck);
+  EXPECT_EQ(gbn.rto_ns, uint64_t{4096} << 14);
 }
 
 // A responder without selective repeat (an RNIC, rxe, droce with it off)
@@ -327,6 +370,8 @@ TEST(SelectiveRepeat, PeerWithoutItGetsGoBackN) {
   EXPECT_EQ(r.sacks, 0u);
   EXPECT_EQ(r.held, 0u);
   EXPECT_EQ(r.rtos, 0u);
+  EXPECT_EQ(r.spurious, 0u);
+  EXPECT_EQ(r.timer, transport::Qp::RetransTimer::kLocalAck);  // the peer has no selective repeat
   EXPECT_GT(r.seq_naks, 0u);
 }
 
