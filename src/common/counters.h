@@ -53,6 +53,7 @@ inline uint64_t Peek(const uint64_t& c) {
   X(arp_requests, "ARP requests sent while resolving a destination")                       \
   X(arp_replies, "ARP replies sent for the device's own address")                          \
   X(non_roce_drop, "received frames that were neither RoCEv2 nor ARP, dropped")           \
+  X(other_host_drop, "received frames addressed to another station (a unicast MAC, or a RoCEv2 IP address, not the port's), dropped uncounted elsewhere") \
   X(qkey_viol, "UD packets dropped because their Q_Key did not match the QP's")           \
   X(mcast_rcvd_pkts, "multicast packets received for a group with attached QPs (once per packet; each QP then counts its own)") \
   X(mcast_no_group_drop, "multicast packets dropped because no QP of the device is attached to their group") \

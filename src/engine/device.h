@@ -495,6 +495,8 @@ class Device final : public Session {
   void DeliverPacket(QpEntry* e, const wire::PacketView& v);
   // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
   void LearnSender(Worker& w, const wire::PacketView& v);
+  // A parsed packet's destination IP is the port's.
+  bool ForPort(const wire::PacketView& v) const { return v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip; }
   // Delivers the multicast frames w sent to the device's attached QPs.
   void LoopBackMulticast(Worker& w);
   void LoopBackSelf(Worker& w);

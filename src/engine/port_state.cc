@@ -86,6 +86,12 @@ void Device::PollLinkState(Worker& w) {
   }
   const bool up = s == LinkState::kUp;
   if (up && !link_raw_up_) dpdk_.PrefaultSharedMemory();  // a new connection's memory
+  if (link_raw_up_) {
+    // The link's own counts so far, read each poll while it is up: the memif
+    // PMD restarts them when its link goes (DpdkPort::ReadStats carries on).
+    io::DpdkPort::Stats carried;
+    (void)dpdk_.ReadStats(&carried);
+  }
   link_raw_up_ = up;
   if (up) link_seen_up_ = link_up_since_try_ = true;
   if (!up && ReconnectDue(now)) {

@@ -742,6 +742,15 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
     return;
   }
   if (len >= wire::kEthLen && !handed) {
+    // A unicast frame to another station's MAC is not ours, as a NIC's
+    // address filter (and the kernel, for PACKET_OTHERHOST) drops it: over
+    // af_packet the socket also sees what other programs on the host send
+    // through the interface, which must not count as bad RoCE here.
+    if (!(f[0] & 1) && std::memcmp(f, port_.mac.data(), 6) != 0) {
+      Bump(w.stats.other_host_drop);
+      rte_pktmbuf_free(m);
+      return;
+    }
     // links & addressing: frames of another VLAN are not ours; ARP; ICMP and
     // ND below, where the RoCE parser turns them away as not UDP.
     if (!VlanAccepts(m, f, len)) {
@@ -764,7 +773,10 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
       rte_pktmbuf_free(m);
       return;
     }
-    if (err == wire::ParseError::kBadIcrc) Bump(w.stats.icrc_err);
+    // UDP to another host's address (a broadcast or multicast MAC, or
+    // promiscuous neighbours) is not ours, whatever else is wrong with it.
+    if (v.l4_offset != 0 && !wire::gid_is_multicast(v.dip6.data()) && !ForPort(v)) Bump(w.stats.other_host_drop);
+    else if (err == wire::ParseError::kBadIcrc) Bump(w.stats.icrc_err);
     else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
              err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
              err == wire::ParseError::kIpFragment) Bump(w.stats.non_roce_drop);
@@ -778,9 +790,8 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
     rte_pktmbuf_free(m);
     return;
   }
-  const bool for_port = v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip;
-  if (!for_port) {
-    Bump(w.stats.non_roce_drop);
+  if (!ForPort(v)) {
+    Bump(w.stats.other_host_drop);
     rte_pktmbuf_free(m);
     return;
   }

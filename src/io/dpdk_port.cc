@@ -463,7 +463,13 @@ bool DpdkPort::ReadStats(Stats* s) const {
   if (!open_) return false;
   rte_eth_stats st{};
   if (rte_eth_stats_get(port_id_, &st) != 0) return false;
-  *s = {st.ipackets, st.opackets, st.imissed, st.ierrors, st.oerrors, st.rx_nombuf};
+  const Stats raw{st.ipackets, st.opackets, st.imissed, st.ierrors, st.oerrors, st.rx_nombuf};
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  for (const StatField& f : kStatFields) {
+    if (raw.*f.field < stats_raw_.*f.field) stats_base_.*f.field += stats_raw_.*f.field;  // restarted
+    stats_raw_.*f.field = raw.*f.field;
+    s->*f.field = stats_base_.*f.field + raw.*f.field;
+  }
   return true;
 }
 
@@ -474,6 +480,8 @@ bool DpdkPort::Reconnect() {
   const int type = rte_log_register("pmd.net.memif");
   const int level = type >= 0 ? rte_log_get_level(type) : -1;
   if (level > 0) rte_log_set_level(type, RTE_LOG_CRIT);
+  Stats carried;
+  (void)ReadStats(&carried);  // what came before the stop restarts the PMD's counts
   if (started_) rte_eth_dev_stop(port_id_);
   started_ = rte_eth_dev_start(port_id_) == 0;
   if (level > 0) rte_log_set_level(type, static_cast<uint32_t>(level));

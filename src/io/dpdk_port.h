@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
@@ -102,7 +103,11 @@ class DpdkPort {
   // The PMD's own counters (rte_eth_stats), for reports: what the link
   // delivered and sent, and what it dropped before the engine saw it
   // (imissed: its receive ring was full; rx_nombuf: no mbuf to receive
-  // into) or refused (oerrors). False where the port has none.
+  // into) or refused (oerrors). False where the port has none. Monotonic,
+  // which the PMD's are not: the memif PMD starts its counters again when
+  // its link comes back, so a count found lower than at the last read adds
+  // that last value to a base carried on; reads on link down and before a
+  // reconnection (Reconnect) keep what came since the last report.
   struct Stats {
     uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
   };
@@ -141,6 +146,10 @@ class DpdkPort {
   const std::string& kernel_iface() const { return iface_; }
 
  private:
+  // ReadStats' carried base and the PMD's values at the last read (any
+  // thread: reports, the worker at link down).
+  mutable std::mutex stats_mu_;
+  mutable Stats stats_raw_{}, stats_base_{};
   uint16_t port_id_ = 0;
   rte_mempool* pool_ = nullptr;
   wire::MacAddr mac_{};

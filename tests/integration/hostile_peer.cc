@@ -34,6 +34,8 @@
 //       the past (a duplicate) or its QPN to a random one: nothing that could
 //       pass as the next packet of a legitimate flow, which RoCE cannot tell
 //       from its own (it has no authentication);
+//     - valid frames for another station: a unicast MAC or an IP address
+//       that is not the target's (other_host_drop there);
 //     - with FLOOD=1, bursts of 2,000 frames as fast as the socket takes them.
 //     Prints how many frames of each kind it sent.
 #include <arpa/inet.h>
@@ -448,6 +450,22 @@ class Attacker {
     return f;
   }
 
+  // A valid frame for another station: to a unicast MAC that is not
+  // DST_MAC, or to DST_MAC with another IP address (broken or not).
+  std::vector<uint8_t> Elsewhere() {
+    const droce::wire::Path saved = path_;
+    if (P(50)) {
+      path_.dmac[5] ^= static_cast<uint8_t>(1 + R(255));
+      path_.dmac[0] &= 0xFE;  // unicast
+    } else {
+      path_.dip ^= 1 + R(255);
+    }
+    std::vector<uint8_t> f = Valid();
+    path_ = saved;
+    if (P(25)) f[f.size() - 1] ^= 0x5A;  // its ICRC wrong too: still not ours, not a bad ICRC
+    return f;
+  }
+
   // A legitimate frame seen on the link, changed so that it cannot pass as
   // the next packet of its flow; empty if none was seen yet.
   std::vector<uint8_t> Replay() {
@@ -537,11 +555,12 @@ int RunAttack(int argc, char** argv) {
 
   Attacker a(target, path, seed);
   std::map<std::string, uint64_t> sent;
-  uint64_t refused = 0;
+  uint64_t refused = 0, group = 0;
   auto send = [&](const std::vector<uint8_t>& f, const char* kind) {
     if (f.empty()) return;
     if (::send(fd, f.data(), f.size(), 0) == static_cast<ssize_t>(f.size())) {
       ++sent[kind];
+      if (f[0] & 1) ++group;  // a flip made it group-addressed: every station on the link takes it
     } else {
       ++refused;  // the socket's queue full (a flood), or a frame the kernel will not send
     }
@@ -571,8 +590,11 @@ int RunAttack(int argc, char** argv) {
     } else if (k < 40) {
       send(a.Valid(), "valid");
       ++paced;
-    } else if (k < 80) {
+    } else if (k < 76) {
       send(a.Mutated(), "mutated");
+      ++paced;
+    } else if (k < 80) {
+      send(a.Elsewhere(), "elsewhere");
       ++paced;
     } else {
       send(a.Replay(), "replay");
@@ -585,8 +607,8 @@ int RunAttack(int argc, char** argv) {
     std::printf(" %s %llu", kind.c_str(), static_cast<unsigned long long>(n));
     total += n;
   }
-  std::printf(" total %llu refused %llu\n", static_cast<unsigned long long>(total),
-              static_cast<unsigned long long>(refused));
+  std::printf(" total %llu refused %llu group-addressed %llu\n", static_cast<unsigned long long>(total),
+              static_cast<unsigned long long>(refused), static_cast<unsigned long long>(group));
   close(fd);
   return total > 0 ? 0 : 1;
 }

@@ -59,6 +59,7 @@ for _ in $(seq 1 200); do [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break;
 on_a() { local log=$1; shift; run_bg "$dir/$log" "$ns_a" "$launcher" exec --daemon "$dir/a.sock" -- "$@"; }
 on_b() { local log=$1; shift; run_bg "$dir/$log" "$ns_b" "$launcher" exec --daemon "$dir/b.sock" -- "$@"; }
 ctl_a() { ip netns exec "$ns_a" "$launcher" ctl --socket "$dir/a.sock" "$@"; }
+ctl_b() { ip netns exec "$ns_b" "$launcher" ctl --socket "$dir/b.sock" "$@"; }
 
 on_a victim.log "$hostile" victim "$dir/victims" "$peer_ip"
 victim=$last_pid
@@ -147,11 +148,22 @@ check_exit "the last RC server" "$s_rc"
 ctl_a -j stat show link droce0/1 >"$dir/stat.json" 2>&1 || { echo "FAIL: droce ctl stat: $(cat "$dir/stat.json")"; failed=1; }
 counted=""
 for c in icrc_err malformed_pkts unknown_qp qp_state_drop qkey_viol gsi_rcvd send_rem_access_err \
-         send_inv_req_err duplicate_request out_of_seq_request; do
+         send_inv_req_err duplicate_request out_of_seq_request other_host_drop; do
   v=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0].get(sys.argv[2], 0))" "$dir/stat.json" "$c" 2>/dev/null)
   counted+=" $c=${v:-?}"
   [ "${v:-0}" -gt 0 ] 2>/dev/null || { echo "FAIL: A counted no $c"; failed=1; }
 done
+
+# B's af_packet socket sees the attack's frames leave through its own veth:
+# they are for A's MAC, so B takes none of them for a bad frame of its own,
+# except those a bit flip made group-addressed (every station takes those).
+ctl_b -j stat show link droce0/1 >"$dir/stat_b.json" 2>&1 || { echo "FAIL: droce ctl stat B: $(cat "$dir/stat_b.json")"; failed=1; }
+group=$(awk '/^attack:/ { for (i = 1; i < NF; ++i) if ($i == "group-addressed") n += $(i + 1) } END { print n + 0 }' "$dir/attack.log")
+b_bad=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))[0]; print(j.get('icrc_err', 0) + j.get('malformed_pkts', 0))" "$dir/stat_b.json" 2>/dev/null)
+[ "${b_bad:-x}" -le "$group" ] 2>/dev/null ||
+  { echo "FAIL: B counted ${b_bad:-?} bad frames (icrc_err, malformed_pkts) of the attack's on A; $group were group-addressed"; failed=1; }
+b_other=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0].get('other_host_drop', 0))" "$dir/stat_b.json" 2>/dev/null)
+counted+=" (B: other_host_drop=${b_other:-?}, bad ${b_bad:-?} of $group group-addressed)"
 
 for d in "a:$droced_a" "b:$droced_b"; do
   kill -TERM "${d##*:}" 2>/dev/null
