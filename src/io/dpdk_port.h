@@ -106,8 +106,9 @@ class DpdkPort {
   // into) or refused (oerrors). False where the port has none. Monotonic,
   // which the PMD's are not: the memif PMD starts its counters again when
   // its link comes back, so a count found lower than at the last read adds
-  // that last value to a base carried on; reads on link down and before a
-  // reconnection (Reconnect) keep what came since the last report.
+  // that last value to a base carried on; the engine reads them every link
+  // poll while the link is up and before a reconnection (Reconnect), so
+  // little of what came since the last report is lost.
   struct Stats {
     uint64_t ipackets = 0, opackets = 0, imissed = 0, ierrors = 0, oerrors = 0, rx_nombuf = 0;
   };

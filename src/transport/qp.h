@@ -470,7 +470,7 @@ class Qp {
   bool TakeRecvWqe(bool* bad);
   void SendAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn);
   // `dups`: duplicate requests of a selective-repeat requester this ACK
-  // answers (carried in wire::Bth::sr_run; the ACK's that coalesce add up).
+  // answers (carried in wire::Bth::sr_run; ACKs that coalesce add theirs up).
   void QueueAck(const wire::PacketView& req, wire::Aeth aeth, uint32_t psn, uint8_t dups = 0);
   bool Scatter(const uint8_t* src, uint32_t len, uint8_t* status);
   // Starts an RDMA WRITE (the RETH of its FIRST or ONLY packet): the whole

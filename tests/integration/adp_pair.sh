@@ -16,25 +16,15 @@
 # usage: adp_pair.sh LAUNCHER IB_WRITE_LAT
 # Every process is bounded by `timeout` and killed on exit.
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER IB_WRITE_LAT" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER IB_WRITE_LAT"
 launcher=$1
 perftest=$2
-# shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen, require_program, clear_droce_env
-require_program "$perftest"
+t_launcher "$launcher"
+require_program "$perftest" perftest
+t_setup adp 40
 clear_droce_env
-dir=$(mktemp -d /tmp/droce-adp.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-srv=""
-cleanup() {
-  kill_group "$srv"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 40 "$f"; done; exit 1; }
 
 rule='opcode rc_write_only loss random 2% seed 7'
 iters=2000
@@ -46,10 +36,10 @@ run() {
   local name=$1 adp=$2
   local port=$(( 20000 + RANDOM % 20000 ))
   rm -f "$dir/m.sock"
-  DROCE_ADP_RETRANS=$adp DROCE_STATS=1 setsid timeout 120 "$launcher" exec \
+  t_bg "$dir/$name.server.log" 120 env DROCE_ADP_RETRANS="$adp" DROCE_STATS=1 "$launcher" exec \
     --link "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.2.1/24 \
-    -- "$perftest" -s 2 -n "$iters" -p "$port" >"$dir/$name.server.log" 2>&1 &
-  srv=$!
+    -- "$perftest" -s 2 -n "$iters" -p "$port"
+  local srv=$last_pid
   wait_tcp_listen "$port" || fail "$name: the server did not listen"
   local t0 t1
   t0=$(date +%s%N)
@@ -60,7 +50,6 @@ run() {
   t1=$(date +%s%N)
   wait "$srv"
   local src=$?
-  srv=""
   [ "$crc" -eq 0 ] || fail "$name: the client exited with $crc"
   [ "$src" -eq 0 ] || fail "$name: the server exited with $src"
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", (b - a) / 1e9 }')

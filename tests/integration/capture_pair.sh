@@ -20,37 +20,19 @@
 # usage: capture_pair.sh LAUNCHER IBV_RC_PINGPONG IB_SEND_BW
 # Exit 77 (skip) if a program is not installed.
 set -u
-
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LAUNCHER IBV_RC_PINGPONG IB_SEND_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 3 3 "LAUNCHER IBV_RC_PINGPONG IB_SEND_BW"
 launcher=$1
 pingpong=$2
 send_bw=$3
-for p in "$pingpong" "$send_bw" tshark; do
-  if ! command -v "$p" >/dev/null 2>&1; then
-    echo "SKIP: '$p' not found (scripts/setup.sh installs ibverbs-utils, perftest and tshark)"
-    exit 77
-  fi
-done
+t_launcher "$launcher"
+require_program "$pingpong" ibverbs-utils
+require_program "$send_bw" perftest
+require_program tshark tshark
 here=$(dirname "$0")
-dir=$(mktemp -d /tmp/droce-capture.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-server_pid=""
-client_pid=""
-. "$here/pair_common.sh"
-cleanup() {
-  kill_group "$client_pid"
-  kill_group "$server_pid"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+t_setup capture
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
 
 # count FILE IFACE [REGEX]: frames of interface IFACE (whose comment matches
 # REGEX) in tshark's "interface<TAB>comment" listing FILE.
@@ -173,9 +155,7 @@ out=$(ctl fault frob 2>&1); rc=$?
 
 wait "$client_pid"
 client_rc=$?
-client_pid=""
 end_server "$server_pid"
-server_pid=""
 [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] ||
   { cat "$dir/ctl_server.log" "$dir/ctl_client.log"; fail "ib_send_bw: server $server_rc, client $client_rc"; }
 

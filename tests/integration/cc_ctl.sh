@@ -20,35 +20,15 @@
 # usage: cc_ctl.sh LAUNCHER IB_WRITE_BW
 # Exit 77 (skip) if ib_write_bw is not installed.
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER IB_WRITE_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER IB_WRITE_BW"
 launcher=$1
 write_bw=$2
-if ! command -v "$write_bw" >/dev/null 2>&1; then
-  echo "SKIP: '$write_bw' not found (scripts/setup.sh installs perftest)"
-  exit 77
-fi
-here=$(dirname "$0")
-dir=$(mktemp -d /tmp/droce-cc-ctl.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-server_pid=""
-client_pid=""
-# shellcheck source=pair_common.sh
-. "$here/pair_common.sh"
-cleanup() {
-  kill_group "$client_pid"
-  kill_group "$server_pid"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+t_launcher "$launcher"
+require_program "$write_bw" perftest
+t_setup cc-ctl
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_CC DROCE_DCQCN DROCE_TRACE
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
 logs() {
   echo "--- server log"; cat "$dir/server.log"
   echo "--- client log"; cat "$dir/client.log"
@@ -72,17 +52,17 @@ program_of() {
   return 1
 }
 
-DROCE_CTL=1 DROCE_STATS=1 timeout 60 "$launcher" exec \
+t_bg "$dir/server.log" 60 env DROCE_CTL=1 DROCE_STATS=1 "$launcher" exec \
   --link "net_memif0,role=server,socket=$sock,socket-abstract=no" --ip 10.77.3.1/24 \
   --fault 'rx loss random 2% ecn' -- \
-  "$write_bw" -s 65536 -D "$seconds" -p "$port" >"$dir/server.log" 2>&1 &
-server_pid=$!
+  "$write_bw" -s 65536 -D "$seconds" -p "$port"
+server_pid=$last_pid
 server=$(program_of "$server_pid") || { logs; fail "the $program server does not answer droce ctl"; }
 wait_tcp_listen "$port" || { logs; fail "the $program server does not listen on $port"; }
-DROCE_CTL=1 DROCE_STATS=1 timeout 60 "$launcher" exec \
+t_bg "$dir/client.log" 60 env DROCE_CTL=1 DROCE_STATS=1 "$launcher" exec \
   --link "net_memif0,role=client,socket=$sock,socket-abstract=no" --ip 10.77.3.2/24 -- \
-  "$write_bw" -s 65536 -D "$seconds" -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1 &
-client_pid=$!
+  "$write_bw" -s 65536 -D "$seconds" -p "$port" 127.0.0.1
+client_pid=$last_pid
 client=$(program_of "$client_pid") || { logs; fail "the $program client does not answer droce ctl"; }
 ctl() { "$launcher" ctl --pid "$client" "$@"; }
 
@@ -157,10 +137,8 @@ py "sys.exit(not all('rpg_ai_rate=10' in r['dcqcn'].split(',') for r in devs))" 
 # 4. The run's end and the counters reported at close.
 wait "$client_pid"
 client_rc=$?
-client_pid=""
 server_rc=255
 end_server "$server_pid"
-server_pid=""
 [ "$client_rc" -eq 0 ] && [ "$server_rc" -eq 0 ] || { logs; fail "$program: server $server_rc, client $client_rc"; }
 handled=$(stat_of "$dir/client.log" rp_cnp_handled)
 ignored=$(stat_of "$dir/client.log" rp_cnp_ignored)

@@ -10,29 +10,36 @@
 #
 #   cm_capture.sh LAUNCHER
 set -uo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 1 "LAUNCHER"
 launcher=$1
-[ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root (network namespaces)"; exit 77; }
-for t in tshark mergecap tcpdump rping udaddy; do
-  command -v "$t" >/dev/null 2>&1 || { echo "SKIP: $t not found (scripts/setup.sh)"; exit 77; }
-done
+t_launcher "$launcher"
+[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+require_program tshark tshark
+require_program mergecap tshark
+require_program tcpdump tcpdump
+require_program rping rdmacm-utils
+require_program udaddy rdmacm-utils
 
-dir=$(mktemp -d /tmp/droce-cmcap.XXXXXX)
+t_setup cmcap
 ns_s="droce-caps-$$" ns_c="droce-capc-$$" if_s="caps$$" if_c="capc$$"
 tcpdump_pid=""
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done
-  [ -n "$tcpdump_pid" ] && kill $tcpdump_pid 2>/dev/null
-  wait 2>/dev/null
+pids=()  # the servers (t_bg), in the order started
+# At exit: the captures, and the namespaces (each goes once lib.sh has
+# killed the servers).
+cm_capture_cleanup() {
+  # shellcheck disable=SC2086  # two pids
+  [ -n "$tcpdump_pid" ] && kill $tcpdump_pid 2>/dev/null && wait $tcpdump_pid 2>/dev/null
+  t_kill_all
   ip netns del "$ns_s" 2>/dev/null
   ip netns del "$ns_c" 2>/dev/null
-  rm -rf "$dir"
+  return 0
 }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+on_exit cm_capture_cleanup
 
-ip netns add "$ns_s" && ip netns add "$ns_c" || { echo "SKIP: cannot make namespaces"; exit 77; }
-ip link add "$if_s" type veth peer name "$if_c" || { echo "SKIP: no veth"; exit 77; }
+ip netns add "$ns_s" && ip netns add "$ns_c" || skip "cannot make namespaces"
+ip link add "$if_s" type veth peer name "$if_c" || skip "no veth"
 ip link set "$if_s" netns "$ns_s" && ip link set "$if_c" netns "$ns_c"
 ip -n "$ns_s" link set "$if_s" up && ip -n "$ns_c" link set "$if_c" up
 s_ip=10.79.0.1 c_ip=10.79.0.2
@@ -46,28 +53,28 @@ ip netns exec "$ns_s" tcpdump -i "$if_s" -w "$dir/s.pcap" -U -s 0 "udp port 4791
 tcpdump_pid="$tcpdump_pid $!"
 sleep 1
 
-# Servers in the background: `timeout` leads a process group of its own ($!).
+# Servers in the background (t_bg): `timeout` leads a process group of its own ($last_pid).
 s_exec=(ip netns exec "$ns_s" "$launcher" exec --link "net_af_packet0,iface=$if_s" --ip "$s_ip/24" --)
 run_c() { timeout 30 ip netns exec "$ns_c" "$launcher" exec --link "net_af_packet0,iface=$if_c" --ip "$c_ip/24" -- "$@"; }
 
 # 1. connect, 10 pings, disconnect.
-timeout 30 "${s_exec[@]}" rping -s -a "$s_ip" -C 10 >"$dir/s1.log" 2>&1 &
-pids+=($!)
+t_bg "$dir/s1.log" 30 "${s_exec[@]}" rping -s -a "$s_ip" -C 10
+pids+=("$last_pid")
 sleep 1.5
 run_c rping -c -a "$s_ip" -C 10 >"$dir/c1.log" 2>&1 || { cat "$dir"/s1.log "$dir"/c1.log; fail "rping failed"; }
 wait "${pids[0]}" || fail "rping server failed"
 # 2. a REQ for a port nobody listens on: a REJ (invalid service ID), and
 #    the client exits with an error.
-timeout 30 "${s_exec[@]}" rping -s -a "$s_ip" -p 7174 -C 1 >"$dir/s2.log" 2>&1 &
-pids+=($!)
+t_bg "$dir/s2.log" 30 "${s_exec[@]}" rping -s -a "$s_ip" -p 7174 -C 1
+pids+=("$last_pid")
 sleep 1.5
 if run_c rping -c -a "$s_ip" -p 7999 -C 1 >"$dir/c2.log" 2>&1; then fail "a connect to no listener succeeded"; fi
 # Gone before the next server starts: two processes on one veth would both answer.
 kill -TERM -- "-${pids[1]}" 2>/dev/null
 wait "${pids[1]}" 2>/dev/null
 # 3. SIDR.
-timeout 30 "${s_exec[@]}" udaddy -b "$s_ip" >"$dir/s3.log" 2>&1 &
-pids+=($!)
+t_bg "$dir/s3.log" 30 "${s_exec[@]}" udaddy -b "$s_ip"
+pids+=("$last_pid")
 sleep 1.5
 run_c udaddy -s "$s_ip" >"$dir/c3.log" 2>&1 || { cat "$dir"/s3.log "$dir"/c3.log; fail "udaddy failed"; }
 wait "${pids[2]}" || fail "udaddy server failed"

@@ -18,12 +18,13 @@
 # their own where an interface carries both addresses (for programs that
 # also talk TCP to the peer's address, or list the kernel's).
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=pair_common.sh
-source "$here/pair_common.sh"
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 - "LAUNCHER [--expect RE] -- SERVER... -- CLIENT..."
 
 launcher=$1
 shift
+t_launcher "$launcher"
 expects=()
 server_stays=0
 while :; do
@@ -45,26 +46,24 @@ subst() { local a; for a in "$@"; do a=${a//@S@/$s_ip}; printf '%s\n' "${a//@C@/
 mapfile -t server_cmd < <(subst "${server_cmd[@]}")
 mapfile -t client_cmd < <(subst "${client_cmd[@]}")
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/droce-cm.XXXXXX")
+t_setup cm
 sock="$dir/memif.sock"
 netns=${DROCE_TEST_NETNS:-0}
 ns_s="" ns_c=""
 server_pid="" client_pid=""
-daemon_pids=()
-cleanup() {
-  kill_group "$client_pid"
-  kill_group "$server_pid"
-  for p in "${daemon_pids[@]}"; do kill_group "$p"; done
+# At exit: the programs, then the namespaces.
+cm_netns_cleanup() {
+  t_kill_all
   [ -n "$ns_s" ] && ip netns del "$ns_s" 2>/dev/null
   [ -n "$ns_c" ] && ip netns del "$ns_c" 2>/dev/null
-  rm -rf "$dir"
+  return 0
 }
-trap cleanup EXIT
+on_exit cm_netns_cleanup
 
 if [ "$netns" = 1 ]; then
   ns_s="droce-cms-$$" ns_c="droce-cmc-$$"
-  ip netns add "$ns_s" && ip netns add "$ns_c" || { echo "cannot make namespaces" >&2; exit 77; }
-  ip link add "cms$$" type veth peer name "cmc$$" || exit 77
+  ip netns add "$ns_s" && ip netns add "$ns_c" || skip "cannot make namespaces"
+  ip link add "cms$$" type veth peer name "cmc$$" || skip "no veth"
   ip link set "cms$$" netns "$ns_s" && ip link set "cmc$$" netns "$ns_c"
   ip -n "$ns_s" link set "cms$$" up && ip -n "$ns_c" link set "cmc$$" up
   ip -n "$ns_s" link set lo up && ip -n "$ns_c" link set lo up
@@ -78,11 +77,11 @@ if [ "$netns" = 1 ]; then
   s_run=(ip netns exec "$ns_s") c_run=(ip netns exec "$ns_c")
 elif [ "${DROCE_TEST_MEMIF_NS:-0}" = 1 ]; then
   ns_s="droce-cmm-$$"
-  ip netns add "$ns_s" || { echo "cannot make a namespace" >&2; exit 77; }
+  ip netns add "$ns_s" || skip "cannot make a namespace"
   # Not on lo: libfabric skips loopback interfaces. A veth pair inside the
   # namespace (no dummy interfaces on every kernel).
   ip -n "$ns_s" link set lo up
-  ip -n "$ns_s" link add "cmv$$" type veth peer name "cmw$$" || { echo "SKIP: no veth" >&2; exit 77; }
+  ip -n "$ns_s" link add "cmv$$" type veth peer name "cmw$$" || skip "no veth"
   ip -n "$ns_s" link set "cmv$$" up && ip -n "$ns_s" link set "cmw$$" up
   ip -n "$ns_s" addr add "$s_ip/32" dev "cmv$$" && ip -n "$ns_s" addr add "$c_ip/32" dev "cmv$$"
   s_link="net_memif0,role=server,socket=$sock,socket-abstract=no"
@@ -100,25 +99,23 @@ fail=0
 case ${DROCE_TEST_DAEMON:-} in
   '') ;;
   one)
-    start_daemon d0 --ip "$s_ip/24"
+    start_droced d0 --ip "$s_ip/24"
     s_flags=(--daemon "$dir/d0.sock"); c_flags=(--daemon "$dir/d0.sock") ;;
   two)
-    start_daemon d0 --link "$s_link" --ip "$s_ip/24"
-    start_daemon d1 --link "$c_link" --ip "$c_ip/24"
+    start_droced d0 --link "$s_link" --ip "$s_ip/24"
+    start_droced d1 --link "$c_link" --ip "$c_ip/24"
     s_flags=(--daemon "$dir/d0.sock"); c_flags=(--daemon "$dir/d1.sock") ;;
-  *) echo "FAIL: DROCE_TEST_DAEMON: one or two"; exit 1 ;;
+  *) fail "DROCE_TEST_DAEMON: one or two" ;;
 esac
 
 run_pair() {
   rm -f -- "$dir"/client.*.log
-  timeout 60 "${s_run[@]}" "$launcher" exec "${s_flags[@]}" -- "${server_cmd[@]}" \
-    >"$dir/server.log" 2>&1 &
-  server_pid=$!
+  t_bg "$dir/server.log" 60 "${s_run[@]}" "$launcher" exec "${s_flags[@]}" -- "${server_cmd[@]}"
+  server_pid=$last_pid
   sleep 1
 
   start_client() {
-    timeout 45 "${c_run[@]}" "$launcher" exec "${c_flags[@]}" -- "${client_cmd[@]}" >"$1" 2>&1 &
-    last_pid=$!
+    t_bg "$1" 45 "${c_run[@]}" "$launcher" exec "${c_flags[@]}" -- "${client_cmd[@]}"
   }
   client_rc=255
   attempt=0

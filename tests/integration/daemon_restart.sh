@@ -10,35 +10,31 @@
 # directories of dead processes (one planted, one of the killed droced).
 #
 # usage: daemon_restart.sh DROCED LAUNCHER DAEMON_RESTART
+# shellcheck disable=SC2317  # remove_stale runs from the exit trap
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 3 3 "DROCED LAUNCHER DAEMON_RESTART"
 droced=$1 launcher=$2 client=$3
-dir=$(mktemp -d /tmp/droce-restart.XXXXXX) || exit 1
+t_launcher "$droced"
+t_launcher "$launcher"
+t_setup restart 30  # FAIL prints the last 30 lines of each log
 sock=$dir/d.sock
 dpid="" cpid="" stale=""
 # Where EAL makes its runtime directories (as eal_create_runtime_dir does).
 if [ "$(id -u)" = 0 ]; then eal_base=/var/run/dpdk; else eal_base=${XDG_RUNTIME_DIR:-/tmp}/dpdk; fi
-cleanup() {
-  # timeout leads each process group: kill the groups, not just timeout.
-  [ -n "$cpid" ] && kill -KILL -- "-$cpid" 2>/dev/null
-  [ -n "$dpid" ] && kill -KILL -- "-$dpid" 2>/dev/null
-  wait 2>/dev/null
-  [ -n "$stale" ] && rm -rf -- "$stale"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  for f in "$dir"/*.log; do [ -e "$f" ] && { echo "--- $(basename "$f") ---"; tail -30 "$f"; }; done
-  exit 1
-}
+# (The daemons and clients are t_bg's: their groups are killed at exit.)
+remove_stale() { [ -n "$stale" ] && rm -rf -- "$stale"; return 0; }
+on_exit remove_stale
 droce_shm() { ls /dev/shm 2>/dev/null | grep -Ei 'droce|dpdk|rte|memif' | sort; }
 shm_before=$(droce_shm)
 
-# start_droced NAME: droced on $sock (log $dir/NAME.log); sets dpid (timeout)
-# and dproc (droced itself).
-start_droced() {
-  timeout 120 "$droced" --socket "$sock" --ip 10.77.11.1/24 </dev/null >"$dir/$1.log" 2>&1 &
-  dpid=$!
+# up_droced NAME: droced on $sock (log $dir/NAME.log); sets dpid (timeout)
+# and dproc (droced itself). (Not lib.sh's start_droced: the starts on one
+# socket, what they sweep and what they leave are what this test checks.)
+up_droced() {
+  t_bg "$dir/$1.log" 120 "$droced" --socket "$sock" --ip 10.77.11.1/24
+  dpid=$last_pid
   # (Its log, not the socket file: a killed droced's file is still there.)
   for _ in $(seq 1 200); do grep -q 'listening on' "$dir/$1.log" && break; sleep 0.05; done
   grep -q 'listening on' "$dir/$1.log" && [ -S "$sock" ] || fail "droced $1 did not listen"
@@ -77,13 +73,13 @@ wait_client() {
   grep -qx done "$dir/client.log" || fail "the client ($1) did not finish"
 }
 start_client() {
-  timeout 100 "$launcher" exec --daemon "$sock" -- "$client" </dev/null >"$dir/client.log" 2>&1 &
-  cpid=$!
+  t_bg "$dir/client.log" 100 "$launcher" exec --daemon "$sock" -- "$client"
+  cpid=$last_pid
   wait_for ready 30
 }
 
 # Round 1: a clean stop (SIGTERM) and a start on the same socket.
-start_droced d1
+up_droced d1
 d1=$dproc
 start_client
 stop_droced d1
@@ -97,7 +93,7 @@ if ! kill -0 "$dead" 2>/dev/null && [ ! -e "$eal_base/droce-$dead" ]; then
   mkdir -p "$stale" && touch "$stale/dpdk_telemetry.v2"
 fi
 # The restart, while the client cleans up and retries.
-start_droced d2
+up_droced d2
 d2=$dproc
 if [ -n "$stale" ]; then
   [ ! -e "$stale" ] || fail "droced d2 did not sweep the stale $stale"
@@ -114,7 +110,7 @@ kill -KILL "$d2"
 { wait "$dpid"; } 2>/dev/null  # (bash would report the kill)
 dpid=""
 [ -e "$eal_base/droce-$d2" ] || echo "(note: the killed droced left no runtime directory)"
-start_droced d3
+up_droced d3
 d3=$dproc
 [ ! -e "$eal_base/droce-$d2" ] || fail "droced d3 did not sweep the killed droced's $eal_base/droce-$d2"
 wait_client SIGKILL

@@ -6,25 +6,16 @@
 #
 # usage: devinfo.sh LAUNCHER [IBV_DEVICES] [IBV_DEVINFO]
 set -u
-
-if [ $# -lt 1 ]; then
-  echo "usage: $0 LAUNCHER [IBV_DEVICES] [IBV_DEVINFO]" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 - "LAUNCHER [IBV_DEVICES] [IBV_DEVINFO]"
 launcher=$1
 ibv_devices=${2:-ibv_devices}
 ibv_devinfo=${3:-ibv_devinfo}
 
-if [ ! -x "$launcher" ]; then
-  echo "FAIL: launcher '$launcher' is not an executable file" >&2
-  exit 1
-fi
-for p in "$ibv_devices" "$ibv_devinfo"; do
-  if ! command -v "$p" >/dev/null 2>&1; then
-    echo "SKIP: '$p' not found (install ibverbs-utils: scripts/setup.sh)"
-    exit 77
-  fi
-done
+t_launcher "$launcher"
+require_program "$ibv_devices" ibverbs-utils
+require_program "$ibv_devinfo" ibverbs-utils
 
 # No configuration: default link, address, MTU and MAC.
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU

@@ -11,17 +11,21 @@
 #    exits 2 before anything starts, naming FILE:LINE: key.
 #
 # usage: droced_config.sh DROCED EXAMPLE_TOML LAUNCHER DAEMON_CLIENT
+# shellcheck disable=SC2317  # stop_listener runs from the exit trap
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 4 4 "DROCED EXAMPLE_TOML LAUNCHER DAEMON_CLIENT"
 droced=$1 example=$2 launcher=$3 client=$4
-dir=$(mktemp -d /tmp/droce-config.XXXXXX) || exit 1
+t_launcher "$droced"
+t_launcher "$launcher"
+t_setup config
+# Not lib.sh's start_droced: how droced starts (its file, NOTIFY_SOCKET,
+# JOURNAL_STREAM, exit codes) is what this test checks. The daemons are
+# t_bg's; the notify listener (python3 reading its script on stdin) is not.
 dpid="" lpid=""
-cleanup() {
-  [ -n "$dpid" ] && kill -KILL "$dpid" 2>/dev/null
-  [ -n "$lpid" ] && kill -KILL "$lpid" 2>/dev/null
-  wait 2>/dev/null
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
+stop_listener() { [ -n "$lpid" ] && { kill -KILL "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; }; return 0; }
+on_exit stop_listener
 fails=0
 ok() { echo "ok: $*"; }
 not_ok() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -76,8 +80,8 @@ PY
 run_good() {
   local log=$1
   shift
-  NOTIFY_SOCKET=$dir/notify.sock timeout 120 "$droced" --config "$dir/good.toml" "$@" </dev/null >"$log" 2>&1 &
-  dpid=$!
+  t_bg "$log" 120 env NOTIFY_SOCKET="$dir/notify.sock" "$droced" --config "$dir/good.toml" "$@"
+  dpid=$last_pid
   for _ in $(seq 1 200); do
     [ -S "$dir/d.sock" ] && return 0
     kill -0 "$dpid" 2>/dev/null || break

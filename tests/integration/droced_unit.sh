@@ -7,10 +7,12 @@
 #
 # usage: droced_unit.sh UNIT
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 1 "UNIT"
 unit=$1
-command -v systemd-analyze >/dev/null || { echo "SKIP: systemd-analyze not installed"; exit 77; }
-dir=$(mktemp -d /tmp/droce-unit.XXXXXX) || exit 1
-trap 'rm -rf -- "$dir"' EXIT
+require_program systemd-analyze systemd
+t_setup unit
 fails=0
 # verify wants the unit under its own name; it checks ExecStart's binary.
 cp "$unit" "$dir/droced.service"

@@ -20,33 +20,25 @@
 # Each pair is run by pingpong_pair.sh (bounded by `timeout`, every process
 # group cleaned up). Exit 77 (skip) if the program is not installed.
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER IBV_RC_PINGPONG" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER IBV_RC_PINGPONG"
 launcher=$1
 program=$2
-if ! command -v "$program" >/dev/null 2>&1; then
-  echo "SKIP: '$program' not found (install ibverbs-utils: scripts/setup.sh)"
-  exit 77
-fi
+t_launcher "$launcher"
+require_program "$program" ibverbs-utils
 here=$(dirname "$0")
-# shellcheck source=pair_common.sh
-. "$here/pair_common.sh"  # stat_of
-logs=$(mktemp -d /tmp/droce-fault.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-trap 'rm -rf -- "$logs"' EXIT
+t_setup fault
 
 # pair NAME RULES ARGS...: the server with DROCE_FAULT=RULES, the client
 # without (an empty variable is an unset one), both with DROCE_STATS=1.
 pair() {
   local name=$1 rules=$2
   shift 2
-  mkdir -p "$logs/$name"
-  if ! DROCE_FAULT=$rules DROCE_STATS=1 DROCE_TEST_CLIENT_ENV="DROCE_FAULT= ${client_extra:-}" DROCE_TEST_LOG_DIR="$logs/$name" \
+  mkdir -p "$dir/$name"
+  if ! DROCE_FAULT=$rules DROCE_STATS=1 DROCE_TEST_CLIENT_ENV="DROCE_FAULT= ${client_extra:-}" DROCE_TEST_LOG_DIR="$dir/$name" \
        bash "$here/pingpong_pair.sh" "$launcher" "$program" "$@"; then
-    echo "FAIL: $name: the pair failed with '$rules'"
-    exit 1
+    fail "$name: the pair failed with '$rules'"
   fi
 }
 
@@ -58,7 +50,7 @@ counter() {
 
 # 1. loss, reordering, duplication: the data is checked by rc_pingpong -c.
 pair recover 'loss random 10%; reorder 5% gap 3; duplicate 2%' -g 0 -n 300 -s 4096 -c
-s="$logs/recover/server.log"
+s="$dir/recover/server.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
 dropped=$(counter "$s" 1 dropped)
 reordered=$(counter "$s" 2 reordered)
@@ -68,18 +60,17 @@ if [ -z "$dropped" ] || [ -z "$reordered" ] || [ -z "$duplicated" ] || [ -z "$ma
   echo "FAIL: recover: no fault counters in the server's DROCE_STATS report"; cat "$s"; exit 1
 fi
 if [ "$dropped" -eq 0 ] || [ "$reordered" -eq 0 ] || [ "$duplicated" -eq 0 ]; then
-  echo "FAIL: recover: a fault never happened (dropped $dropped, reordered $reordered, duplicated $duplicated)"
-  exit 1
+  fail "recover: a fault never happened (dropped $dropped, reordered $reordered, duplicated $duplicated)"
 fi
 # 10 % of what was matched, give or take (a few hundred packets: wide bounds).
 if [ $(( dropped * 100 )) -lt $(( matched * 4 )) ] || [ $(( dropped * 100 )) -gt $(( matched * 20 )) ]; then
-  echo "FAIL: recover: dropped $dropped of $matched, far from 10 %"; exit 1
+  fail "recover: dropped $dropped of $matched, far from 10 %"
 fi
 
 # 2. corruption: the peer's ICRC check catches every corrupted frame.
 pair corrupt 'corrupt 5%' -g 0 -n 300 -s 4096 -c
-s="$logs/corrupt/server.log"
-c="$logs/corrupt/client.log"
+s="$dir/corrupt/server.log"
+c="$dir/corrupt/client.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
 corrupted=$(counter "$s" 1 corrupted)
 icrc=$(stat_of "$c" icrc_err)
@@ -96,10 +87,10 @@ fi
 # reaction point, on a tagged link (VLAN 100, priority 3) with the server
 # capturing what it sends: its CNPs carry cnp_802p_prio (6), its data the
 # link's priority.
-DROCE_VLAN=100:3 DROCE_CAPTURE="$logs/ecn.pcapng" client_extra='DROCE_CAPTURE=' \
+DROCE_VLAN=100:3 DROCE_CAPTURE="$dir/ecn.pcapng" client_extra='DROCE_CAPTURE=' \
   pair ecn 'rx loss random 20% ecn' -g 0 -n 300 -s 4096 -c
-s="$logs/ecn/server.log"
-c="$logs/ecn/client.log"
+s="$dir/ecn/server.log"
+c="$dir/ecn/client.log"
 grep -E "fault rule" "$s" | sed 's/^/[server] /'
 marked=$(counter "$s" 1 marked)
 np_marked=$(stat_of "$s" np_ecn_marked_roce_packets)
@@ -110,22 +101,22 @@ if [ -z "$marked" ] || [ "$marked" -eq 0 ] || [ "${np_marked:-0}" -ne "$marked" 
   echo "FAIL: ecn: the stage marked ${marked:-0} frames, the QPs counted ${np_marked:-0}"; cat "$s"; exit 1
 fi
 if [ -z "$np_sent" ] || [ "$np_sent" -eq 0 ] || [ "$np_sent" -gt "$np_marked" ]; then
-  echo "FAIL: ecn: ${np_sent:-0} CNPs for $np_marked marked packets"; exit 1
+  fail "ecn: ${np_sent:-0} CNPs for $np_marked marked packets"
 fi
 if [ -z "$rp_handled" ] || [ "$rp_handled" -gt "$np_sent" ] || [ $(( np_sent - rp_handled )) -gt 2 ]; then
   echo "FAIL: ecn: the server sent $np_sent CNPs, the client handled ${rp_handled:-0}"; cat "$c"; exit 1
 fi
 if command -v tshark >/dev/null 2>&1; then
   # "interface<TAB>priority<TAB>comment" of what the server sent on the wire.
-  tshark -r "$logs/ecn.pcapng" -T fields -e frame.interface_name -e vlan.priority -e frame.comment \
-    >"$logs/ecn.txt" 2>"$logs/ecn.err" || { cat "$logs/ecn.err"; echo "FAIL: ecn: tshark cannot read the capture"; exit 1; }
-  cnp_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ { print $2 }' "$logs/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
-  data_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ { print $2 }' "$logs/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  tshark -r "$dir/ecn.pcapng" -T fields -e frame.interface_name -e vlan.priority -e frame.comment \
+    >"$dir/ecn.txt" 2>"$dir/ecn.err" || { cat "$dir/ecn.err"; fail "ecn: tshark cannot read the capture"; }
+  cnp_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ { print $2 }' "$dir/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  data_prios=$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ { print $2 }' "$dir/ecn.txt" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
   echo "[server capture] CNP priorities:${cnp_prios:- none} other frames:${data_prios:- none}"
-  [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 == 6' "$logs/ecn.txt" | wc -l)" -gt 0 ] &&
-    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 != 6' "$logs/ecn.txt" | wc -l)" -eq 0 ] &&
-    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ && $2 != 3' "$logs/ecn.txt" | wc -l)" -eq 0 ] ||
-    { echo "FAIL: ecn: CNPs must leave with priority 6, every other frame with the link's 3"; exit 1; }
+  [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 == 6' "$dir/ecn.txt" | wc -l)" -gt 0 ] &&
+    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 ~ /CNP for QP/ && $2 != 6' "$dir/ecn.txt" | wc -l)" -eq 0 ] &&
+    [ "$(awk -F'\t' '$1 ~ / tx( wire)?$/ && $3 !~ /CNP for QP/ && $2 != 3' "$dir/ecn.txt" | wc -l)" -eq 0 ] ||
+    fail "ecn: CNPs must leave with priority 6, every other frame with the link's 3"
 fi
 
 echo "PASS: rc_pingpong -c recovered from loss/reorder/duplicate (dropped $dropped, reordered $reordered," \

@@ -18,43 +18,37 @@
 #   DROCE_TEST_HOSTILE_SEED: the attack's seed (default: random, printed);
 #   DROCE_TEST_HOSTILE_PPS: its paced rate (default 5000 frames a second).
 set -u
-# The daemons live through the whole test.
+# The daemons live through the whole test (netns_common.sh reads it when
+# sourced: run_bg's timeout).
 export DROCE_TEST_TIMEOUT=${DROCE_TEST_TIMEOUT:-150}
-
-if [ $# -ne 4 ]; then
-  echo "usage: $0 LAUNCHER DROCED HOSTILE_PEER WRITE_CHECK" >&2
-  exit 2
-fi
+# lib.sh comes with it.
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"
+t_usage $# 4 4 "LAUNCHER DROCED HOSTILE_PEER WRITE_CHECK"
 launcher=$1
 droced=$2
 hostile=$(readlink -f "$3")
 write_check=$(readlink -f "$4")
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
 netns_check_prereqs "$launcher" af_packet
-[ -x "$droced" ] || fail "droced '$droced' is not an executable file"
+t_launcher "$droced"
 [ -x "$hostile" ] && [ -x "$write_check" ] || fail "hostile_peer or write_check not built"
-for p in ibv_uc_pingpong ibv_ud_pingpong ibv_rc_pingpong; do
-  command -v "$p" >/dev/null 2>&1 || skip "'$p' not found (install ibverbs-utils: scripts/setup.sh)"
-done
+for p in ibv_uc_pingpong ibv_ud_pingpong ibv_rc_pingpong; do require_program "$p" ibverbs-utils; done
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_WORKERS DROCE_VLAN
 seed=${DROCE_TEST_HOSTILE_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 readonly mac_a=02:00:0a:4e:01:0b
 readonly peer_ip=$net_prefix.2  # B's kernel address: the victims' peer and the attack's source
 
 netns_setup
-run_bg "$dir/droced_a.log" "$ns_a" "$droced" --config /dev/null --socket "$dir/a.sock" \
-  --link "$(link_for af_packet "$if_a")" --ip "$droce_ip_a/24" --mac "$mac_a"
+# droced a on $dir/a.sock (log $dir/a.log) in A, b in B, under run_bg's
+# timeout.
+T_DROCED=$droced T_DROCED_TIMEOUT=$per_process_timeout T_DROCED_NETNS=$ns_a
+start_droced a --link "$(link_for af_packet "$if_a")" --ip "$droce_ip_a/24" --mac "$mac_a"
 droced_a=$last_pid
 # B's frames pass the qdisc, so the attacker's socket on the same veth sees
 # them (qdisc_bypass skips the taps) and can replay them.
-run_bg "$dir/droced_b.log" "$ns_b" "$droced" --config /dev/null --socket "$dir/b.sock" \
-  --link "$(link_for af_packet "$if_b"),qdisc_bypass=0" --ip "$droce_ip_b/24"
-droced_b=$last_pid
-for _ in $(seq 1 200); do [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break; sleep 0.05; done
-[ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] || fail "the daemons did not start: $(cat "$dir"/droced_*.log)"
+T_DROCED_NETNS=$ns_b
+start_droced b --link "$(link_for af_packet "$if_b"),qdisc_bypass=0" --ip "$droce_ip_b/24"
 
 on_a() { local log=$1; shift; run_bg "$dir/$log" "$ns_a" "$launcher" exec --daemon "$dir/a.sock" -- "$@"; }
 on_b() { local log=$1; shift; run_bg "$dir/$log" "$ns_b" "$launcher" exec --daemon "$dir/b.sock" -- "$@"; }
@@ -165,14 +159,9 @@ b_bad=$(python3 -c "import json,sys; j=json.load(open(sys.argv[1]))[0]; print(j.
 b_other=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[0].get('other_host_drop', 0))" "$dir/stat_b.json" 2>/dev/null)
 counted+=" (B: other_host_drop=${b_other:-?}, bad ${b_bad:-?} of $group group-addressed)"
 
-for d in "a:$droced_a" "b:$droced_b"; do
-  kill -TERM "${d##*:}" 2>/dev/null
-  wait "${d##*:}"
-  rc=$?
-  if [ "$rc" -ne 0 ] || ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/droced_${d%%:*}.log"; then
-    echo "FAIL: droced ${d%%:*}: exit $rc, or objects left"; tail -5 "$dir/droced_${d%%:*}.log"; failed=1
-  fi
-done
+fail=0
+stop_daemons  # a and b: SIGTERM, exit 0, no object left (else fail=1)
+[ "$fail" -eq 0 ] || failed=1
 
 if [ "$failed" -ne 0 ]; then
   for f in "$dir"/*.log; do echo "----- ${f##*/}"; tail -n 15 "$f"; done

@@ -14,30 +14,24 @@
 #     ibv_devinfo -l` lists the devices: the provider parsed every setting).
 #   PROVIDER defaults to the build tree's, next to the launcher.
 set -u
-
-if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: $0 LAUNCHER [PROVIDER]" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 2 "LAUNCHER [PROVIDER]"
 launcher=$1
 provider=${2:-$(dirname "$launcher")/../../providers/libdroce.so}
-if [ ! -x "$launcher" ]; then
-  echo "FAIL: launcher '$launcher' is not an executable file" >&2
-  exit 1
-fi
+t_launcher "$launcher"
 
 # Nothing from the caller's environment: the launcher checks the DROCE_*
 # variables it passes through as well.
 unset "${!DROCE_@}"
-tmp=$(mktemp -d /tmp/droce-launcher-test.XXXXXX) || exit 1
-trap 'rm -rf -- "$tmp"' EXIT
+t_setup launcher-test
 
 # Extra VAR=VALUE settings for the next launcher run only (see run_launcher).
 with_env=()
-run_launcher() {  # run_launcher TIMEOUT ARGS...: stdout/stderr to $tmp/out, $tmp/err
+run_launcher() {  # run_launcher TIMEOUT ARGS...: stdout/stderr to $dir/out, $dir/err
   local t=$1
   shift
-  timeout "$t" env "${with_env[@]}" "$launcher" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+  timeout "$t" env "${with_env[@]}" "$launcher" "$@" </dev/null >"$dir/out" 2>"$dir/err"
   local rc=$?
   with_env=()
   return "$rc"
@@ -55,17 +49,17 @@ expect_usage_error() {
   local rc lines
   run_launcher 10 "$@"
   rc=$?
-  lines=$(wc -l <"$tmp/err")
+  lines=$(wc -l <"$dir/err")
   if [ "$rc" -ne 2 ]; then
-    not_ok "$desc: exit status $rc, want 2 (stderr: $(cat "$tmp/err"))"
+    not_ok "$desc: exit status $rc, want 2 (stderr: $(cat "$dir/err"))"
   elif [ "$lines" -ne 1 ]; then
-    not_ok "$desc: $lines lines on stderr, want 1:"; cat "$tmp/err"
-  elif ! head -n1 "$tmp/err" | grep -q '^droce: '; then
-    not_ok "$desc: stderr does not start with 'droce: ': $(cat "$tmp/err")"
-  elif [ -s "$tmp/out" ]; then
-    not_ok "$desc: unexpected output on stdout: $(cat "$tmp/out")"
+    not_ok "$desc: $lines lines on stderr, want 1:"; cat "$dir/err"
+  elif ! head -n1 "$dir/err" | grep -q '^droce: '; then
+    not_ok "$desc: stderr does not start with 'droce: ': $(cat "$dir/err")"
+  elif [ -s "$dir/out" ]; then
+    not_ok "$desc: unexpected output on stdout: $(cat "$dir/out")"
   else
-    ok "$desc -> $(cat "$tmp/err")"
+    ok "$desc -> $(cat "$dir/err")"
   fi
 }
 
@@ -85,7 +79,7 @@ expect_usage_error "missing -- and program" exec
 expect_usage_error "missing -- and program after flags" exec --ip 10.0.0.1
 expect_usage_error "program without --" exec true
 expect_usage_error "unknown command" frobnicate
-with_env=(DROCE_PROVIDER="$tmp/nonexistent.so")
+with_env=(DROCE_PROVIDER="$dir/nonexistent.so")
 expect_usage_error "DROCE_PROVIDER that does not exist" exec -- true
 
 # expect_env DESCRIPTION PATTERN ARGS...: `LAUNCHER ARGS...` exits 0 and its
@@ -97,11 +91,11 @@ expect_env() {
   run_launcher 30 "$@"
   rc=$?
   if [ "$rc" -ne 0 ]; then
-    not_ok "$desc: exit status $rc (stderr: $(cat "$tmp/err"))"
-  elif ! grep -Eq -- "$pattern" "$tmp/out"; then
-    not_ok "$desc: no line matching '$pattern' in:"; cat "$tmp/out"
+    not_ok "$desc: exit status $rc (stderr: $(cat "$dir/err"))"
+  elif ! grep -Eq -- "$pattern" "$dir/out"; then
+    not_ok "$desc: no line matching '$pattern' in:"; cat "$dir/out"
   else
-    ok "$desc -> $(grep -E -- "$pattern" "$tmp/out" | head -n1)"
+    ok "$desc -> $(grep -E -- "$pattern" "$dir/out" | head -n1)"
   fi
 }
 
@@ -143,10 +137,10 @@ expect_stderr() {
   local desc=$1 pattern=$2
   shift 2
   run_launcher 30 "$@"
-  if grep -Eq -- "$pattern" "$tmp/err"; then
-    ok "$desc -> $(grep -E -- "$pattern" "$tmp/err" | head -n1)"
+  if grep -Eq -- "$pattern" "$dir/err"; then
+    ok "$desc -> $(grep -E -- "$pattern" "$dir/err" | head -n1)"
   else
-    not_ok "$desc: no line matching '$pattern' on stderr:"; cat "$tmp/err"
+    not_ok "$desc: no line matching '$pattern' on stderr:"; cat "$dir/err"
   fi
 }
 if command -v ibv_devices >/dev/null 2>&1; then
@@ -160,8 +154,8 @@ if command -v ibv_devices >/dev/null 2>&1; then
 fi
 # demo checks --workers as exec does, before starting anything.
 expect_usage_error "demo --workers 0" demo --workers 0 --iters 1
-if ! grep -Fxq "droce: demo: --workers: '0' is not a worker count (1 to 16)" "$tmp/err"; then
-  not_ok "demo --workers 0: unexpected message: $(cat "$tmp/err")"
+if ! grep -Fxq "droce: demo: --workers: '0' is not a worker count (1 to 16)" "$dir/err"; then
+  not_ok "demo --workers 0: unexpected message: $(cat "$dir/err")"
 fi
 # ---------------------------------------------------------------------------
 # The launcher and the provider agree: they share one parser
@@ -175,10 +169,10 @@ else
   # ibv_devinfo -l with the provider preloaded directly, no launcher:
   # ibv_get_device_list parses every setting of every device (no device is
   # opened, so nothing needs hugepages or a real link).
-  run_provider() {  # run_provider VAR=VALUE...: stdout/stderr to $tmp/out, $tmp/err
+  run_provider() {  # run_provider VAR=VALUE...: stdout/stderr to $dir/out, $dir/err
     # What the caller preloads stays after the provider (the sanitizer run's
     # runtime), as the launcher keeps it.
-    timeout 30 env "$@" LD_PRELOAD="$provider${LD_PRELOAD:+:$LD_PRELOAD}" "$devinfo" -l </dev/null >"$tmp/out" 2>"$tmp/err"
+    timeout 30 env "$@" LD_PRELOAD="$provider${LD_PRELOAD:+:$LD_PRELOAD}" "$devinfo" -l </dev/null >"$dir/out" 2>"$dir/err"
   }
 
   # expect_both_refuse FLAG VALUE [FLAG2 VALUE2 ...]: `droce exec --FLAG VALUE
@@ -197,17 +191,17 @@ else
     local desc="--$flag '$value'${flags[2]:+ (with ${flags[*]:2})}"
     run_launcher 10 exec "${flags[@]}" -- true
     local rc=$?
-    if [ "$rc" -ne 2 ] || [ "$(wc -l <"$tmp/err")" -ne 1 ] || ! grep -q -- "^droce: exec: --$flag: " "$tmp/err"; then
-      not_ok "$desc: launcher exit $rc, want 2 and one line 'droce: exec: --$flag: ...': $(cat "$tmp/err")"
+    if [ "$rc" -ne 2 ] || [ "$(wc -l <"$dir/err")" -ne 1 ] || ! grep -q -- "^droce: exec: --$flag: " "$dir/err"; then
+      not_ok "$desc: launcher exit $rc, want 2 and one line 'droce: exec: --$flag: ...': $(cat "$dir/err")"
       return
     fi
-    reason=$(sed "s/^droce: exec: --$flag: //" "$tmp/err")
+    reason=$(sed "s/^droce: exec: --$flag: //" "$dir/err")
     run_provider "${vars[@]}"
     rc=$?
     if [ "$rc" -eq 0 ]; then
       not_ok "$desc: the launcher refuses it ($reason) but the provider accepts $var='$value'"
-    elif ! grep -Fxq -- "droce: $var: $reason" "$tmp/err"; then
-      not_ok "$desc: the provider refuses $var='$value' for another reason: $(cat "$tmp/err"), launcher: $reason"
+    elif ! grep -Fxq -- "droce: $var: $reason" "$dir/err"; then
+      not_ok "$desc: the provider refuses $var='$value' for another reason: $(cat "$dir/err"), launcher: $reason"
     else
       ok "$desc refused by both: $reason"
     fi
@@ -227,15 +221,15 @@ else
     run_launcher 30 exec "${flags[@]}" -- "$devinfo" -l
     local rc=$?
     if [ "$rc" -ne 0 ]; then
-      not_ok "${flags[*]}: exit $rc, want 0 (stderr: $(cat "$tmp/err"))"
-    elif ! grep -Eq "^$hcas HCAs? found" "$tmp/out"; then
-      not_ok "${flags[*]}: want $hcas devices listed, got: $(cat "$tmp/out")"
+      not_ok "${flags[*]}: exit $rc, want 0 (stderr: $(cat "$dir/err"))"
+    elif ! grep -Eq "^$hcas HCAs? found" "$dir/out"; then
+      not_ok "${flags[*]}: want $hcas devices listed, got: $(cat "$dir/out")"
     else
       ok "${flags[*]} accepted by both ($hcas device(s))"
     fi
   }
 
-  memif() { echo "net_memif$1,role=$2,socket=$tmp/memif.sock,socket-abstract=no"; }
+  memif() { echo "net_memif$1,role=$2,socket=$dir/memif.sock,socket-abstract=no"; }
   two_links="$(memif 0 server);$(memif 1 client)"
   seventeen=$(for i in $(seq 0 16); do printf 'net_ring%d;' "$i"; done)
 
@@ -296,12 +290,12 @@ else
     with_env=("$setting")
     run_launcher 10 exec -- true
     rc=$?
-    reason=$(sed -n "s/^droce: exec: $var: //p" "$tmp/err")
+    reason=$(sed -n "s/^droce: exec: $var: //p" "$dir/err")
     run_provider "$setting"
-    if [ "$rc" -eq 2 ] && [ -n "$reason" ] && grep -Fxq -- "droce: $var: $reason" "$tmp/err"; then
+    if [ "$rc" -eq 2 ] && [ -n "$reason" ] && grep -Fxq -- "droce: $var: $reason" "$dir/err"; then
       ok "$setting in the environment refused by both: $reason"
     else
-      not_ok "$setting in the environment: launcher exit $rc ($reason), provider: $(cat "$tmp/err")"
+      not_ok "$setting in the environment: launcher exit $rc ($reason), provider: $(cat "$dir/err")"
     fi
   done
   with_env=(DROCE_POLL_YIELD=0 DROCE_STATS=1)
@@ -315,7 +309,7 @@ else
     expect_usage_error "--$flag ''" exec "--$flag" '' -- true
   done
   run_provider DROCE_IP= DROCE_LINK=
-  if [ $? -eq 0 ]; then ok "empty DROCE_IP and DROCE_LINK mean unset for the provider"; else not_ok "empty variables refused: $(cat "$tmp/err")"; fi
+  if [ $? -eq 0 ]; then ok "empty DROCE_IP and DROCE_LINK mean unset for the provider"; else not_ok "empty variables refused: $(cat "$dir/err")"; fi
 
   # The same regression with the devices opened: two memif-linked devices
   # with one address each come up.

@@ -13,22 +13,30 @@
 # usage: memif_client_first.sh LAUNCHER PORT_EVENTS_PROGRAM
 # shellcheck disable=SC2317  # cleanup runs from traps
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER PORT_EVENTS_PROGRAM"
 launcher=$1
 port_events=$2
-if ! command -v ibv_rc_pingpong >/dev/null 2>&1; then
-  echo "SKIP: ibv_rc_pingpong not found (install ibverbs-utils: scripts/setup.sh)"
-  exit 77
-fi
+t_launcher "$launcher"
+require_program ibv_rc_pingpong ibverbs-utils
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU
 
-dir=$(mktemp -d /tmp/droce-mcf.XXXXXX) || exit 1
+t_setup mcf
+# The background programs run under `timeout -s KILL` (a hung memif
+# program must not keep `wait` waiting), which t_bg does not do: their
+# groups are killed here at exit, those still there (as lib.sh's own).
 pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
-  rm -rf -- "$dir"
+kill_pids() {
+  local p
+  for p in "${pids[@]}"; do
+    if kill -0 -- "-$p" 2>/dev/null || [ "$(t_ppid "$p")" = "$$" ]; then
+      kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null
+    fi
+  done
+  return 0
 }
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+on_exit kill_pids
 
 sock="$dir/memif.sock"
 link_of() { echo "net_memif0,role=$1,socket=$sock,socket-abstract=no"; }

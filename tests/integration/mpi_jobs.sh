@@ -11,21 +11,25 @@
 # usage: mpi_jobs.sh DROCE_RANK MPI_CHECK
 # shellcheck disable=SC2317  # cleanup runs from traps
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "DROCE_RANK MPI_CHECK"
 rank_tool=$1
 check=$2
-command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found (install openmpi-bin: scripts/setup.sh)"; exit 77; }
-command -v ucx_info >/dev/null 2>&1 || { echo "SKIP: ucx_info not found (install ucx-utils: scripts/setup.sh)"; exit 77; }
+t_launcher "$rank_tool"
+require_program mpirun openmpi-bin
+require_program ucx_info ucx-utils
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU
 
-dir=$(mktemp -d /tmp/droce-mpi.XXXXXX) || exit 1
+t_setup mpi
 ns="droce-mpi-$$"
-cleanup() {
+mpi_netns_cleanup() {
+  t_kill_all
   ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
   ip netns del "$ns" 2>/dev/null
-  rm -rf -- "$dir"
+  return 0
 }
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+on_exit mpi_netns_cleanup
 
 # UCX's defaults except the transports it may pick: droce's, and self.
 mpi=(mpirun --allow-run-as-root --oversubscribe --mca pml ucx --mca btl self

@@ -28,20 +28,16 @@ if_a="dvA$$"
 if_b="dvB$$"
 ctl_a="dcA$$"
 ctl_b="dcB$$"
-dir=""
-pids=()
 extra_ns=()  # more namespaces a test made (removed on exit too)
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL: $*"; exit 1; }
+# fail, skip, t_setup, t_bg, kill_group, run_client, end_server, start_droced.
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# kill_group, run_client, end_server.
-# shellcheck source=tests/integration/pair_common.sh
-. "$(dirname "${BASH_SOURCE[0]}")/pair_common.sh"
-
+# At exit (on_exit): the programs, then the namespaces.
 netns_cleanup() {
   local p
-  for p in "${pids[@]}"; do kill_group "$p"; done
+  t_kill_all
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null
   for p in "${extra_ns[@]}"; do ip netns del "$p" 2>/dev/null; done
@@ -49,7 +45,6 @@ netns_cleanup() {
   # still be in the root namespace.
   ip link del "$if_a" 2>/dev/null
   ip link del "$ctl_a" 2>/dev/null
-  [ -n "$dir" ] && rm -rf -- "$dir"
   return 0
 }
 
@@ -72,9 +67,8 @@ netns_check_prereqs() {
 
 # netns_setup: creates the namespaces and both veth pairs.
 netns_setup() {
-  dir=$(mktemp -d /tmp/droce-netns.XXXXXX) || fail "mktemp -d failed"
-  trap netns_cleanup EXIT
-  trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+  t_setup netns
+  on_exit netns_cleanup
   ip netns add "$ns_a" || skip "cannot create a network namespace"
   ip netns add "$ns_b" || fail "cannot create a second network namespace"
   ip link add "$if_a" type veth peer name "$if_b" || fail "cannot create a veth pair"
@@ -122,12 +116,11 @@ wait_listen() {
   return 1
 }
 
-# run_bg LOG NS CMD...: runs CMD in namespace NS under a timeout, in the
-# background; its pid (the group to kill) is in $last_pid.
+# run_bg LOG NS CMD...: runs CMD in namespace NS under a timeout
+# (DROCE_TEST_TIMEOUT, default 60 s), in the background; its pid (the group
+# to kill) is in $last_pid.
 run_bg() {
   local log=$1 ns=$2
   shift 2
-  timeout "$per_process_timeout" ip netns exec "$ns" "$@" </dev/null >"$log" 2>&1 &
-  last_pid=$!
-  pids+=("$last_pid")
+  t_bg "$log" "$per_process_timeout" ip netns exec "$ns" "$@"
 }

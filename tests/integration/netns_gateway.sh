@@ -20,26 +20,21 @@
 #   rc_pingpong's summary line).
 # shellcheck disable=SC2015  # `a && b || fail`: fail is right whichever failed
 set -u
-
-if [ $# -lt 2 ]; then
-  echo "usage: $0 LAUNCHER PROGRAM [PROGRAM ARGS...]" >&2
-  exit 2
-fi
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"  # and lib.sh
+t_usage $# 2 - "LAUNCHER PROGRAM [PROGRAM ARGS...]"
 launcher=$1
 program=$2
 shift 2
 prog_args=("$@")
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
 netns_check_prereqs "$launcher" af_packet
-command -v "$program" >/dev/null 2>&1 || skip "'$program' not found (install ibverbs-utils: scripts/setup.sh)"
+require_program "$program" ibverbs-utils
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_VLAN
 
-dir=$(mktemp -d /tmp/droce-netns.XXXXXX) || fail "mktemp -d failed"
-trap netns_cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+# Its own namespaces (three, not netns_setup's two), netns_common's cleanup.
+t_setup netns
+on_exit netns_cleanup
 ns_c="droceC.$$"
 extra_ns=("$ns_c")
 if_r="dvR$$"
@@ -64,7 +59,10 @@ ip netns exec "$ns_b" sysctl -qw net.ipv4.ip_forward=1 || fail "cannot enable fo
 readonly port=18515
 if [ -n "${DROCE_TEST_DEBUG:-}" ]; then
   ip netns exec "$ns_b" tcpdump -i any -nn -e -l >"/tmp/gw-tcpdump.txt" 2>&1 &
-  pids+=($!)
+  tcpdump_pid=$!
+  # shellcheck disable=SC2317  # run at exit (on_exit)
+  stop_tcpdump() { [ "$(t_ppid "$tcpdump_pid")" = "$$" ] && kill_group "$tcpdump_pid"; }
+  on_exit stop_tcpdump
   sleep 1
 fi
 run_bg "$dir/server.log" "$ns_a" env DROCE_GATEWAY=10.78.1.2 "$launcher" exec \

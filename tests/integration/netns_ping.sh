@@ -18,21 +18,16 @@
 #   Needs root and ping; exit 77 (skip) without them or without the PMD.
 # shellcheck disable=SC2015  # `a && b || fail`: fail is right whichever failed
 set -u
-
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LAUNCHER KIND ipv4|ipv6|vlan" >&2
-  exit 2
-fi
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"  # and lib.sh
+t_usage $# 3 3 "LAUNCHER KIND ipv4|ipv6|vlan"
 launcher=$1
 kind=$2
 check=$3
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
 netns_check_prereqs "$launcher" "$kind"
-command -v ping >/dev/null 2>&1 || skip "'ping' not found (iputils-ping: scripts/setup.sh)"
-command -v ibv_rc_pingpong >/dev/null 2>&1 || skip "'ibv_rc_pingpong' not found (ibverbs-utils)"
+require_program ping iputils-ping
+require_program ibv_rc_pingpong ibverbs-utils
 case $check in ipv4 | ipv6 | vlan) ;; *) fail "unknown check '$check'" ;; esac
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_VLAN
 

@@ -23,22 +23,17 @@
 #   (see also DROCE_TEST_VETH_MTU and DROCE_TEST_LINK_ARGS, netns_common.sh).
 #   Needs root; exit 77 (skip) without it, without PROGRAM or without the PMD.
 set -u
-
-if [ $# -lt 3 ]; then
-  echo "usage: $0 LAUNCHER KIND PROGRAM [PROGRAM ARGS...]" >&2
-  exit 2
-fi
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"  # and lib.sh
+t_usage $# 3 - "LAUNCHER KIND PROGRAM [PROGRAM ARGS...]"
 launcher=$1
 kind=$2
 program=$3
 shift 3
 prog_args=("$@")
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
 netns_check_prereqs "$launcher" "$kind"
-command -v "$program" >/dev/null 2>&1 || skip "'$program' not found (install ibverbs-utils: scripts/setup.sh)"
+require_program "$program" ibverbs-utils
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6
 # DROCE_TEST_MTU: the MTU cap both ports are given (DROCE_MTU).
 [ -n "${DROCE_TEST_MTU:-}" ] && export DROCE_MTU=$DROCE_TEST_MTU
@@ -56,14 +51,18 @@ readonly max_client_attempts=20
 
 # With a VLAN or IPv6 on af_packet, B's kernel sees the frames A sends:
 # check on the wire that they carry the tag or are IPv6 (an AF_XDP socket
-# hides them from taps).
+# hides them from taps). (Not run_bg: tcpdump's stderr must stay out of its
+# listing.)
 capture_pid=""
+# At exit, if it still runs (our child: not a pid given to another since).
+# shellcheck disable=SC2317  # run at exit (on_exit)
+stop_capture() { [ "$(t_ppid "$capture_pid")" = "$$" ] && kill_group "$capture_pid"; }
 if [ -n "$vlan$ip6" ] && [ "$kind" = af_packet ] && command -v tcpdump >/dev/null 2>&1; then
   timeout "$per_process_timeout" ip netns exec "$ns_b" tcpdump -i "$if_b" -nn -e -l \
     "ether src $(ip netns exec "$ns_a" cat "/sys/class/net/$if_a/address") and udp port 4791" \
     >"$dir/tcpdump.txt" 2>/dev/null &
   capture_pid=$!
-  pids+=("$capture_pid")
+  on_exit stop_capture
   sleep 1
 fi
 
@@ -71,14 +70,15 @@ fi
 # link; the programs attach to it.
 side_a=(--link "$(link_for "$kind" "$if_a")" --ip "$droce_ip_a/24" "${ip6_a[@]}")
 side_b=(--link "$(link_for "$kind" "$if_b")" --ip "$droce_ip_b/24" "${ip6_b[@]}")
-daemons=()
+daemon_mode=0
 if [ -n "${DROCE_TEST_DROCED:-}" ]; then
-  run_bg "$dir/droced_a.log" "$ns_a" "$DROCE_TEST_DROCED" --config /dev/null --socket "$dir/a.sock" "${side_a[@]}" --log-level info
-  daemons+=("$last_pid")
-  run_bg "$dir/droced_b.log" "$ns_b" "$DROCE_TEST_DROCED" --config /dev/null --socket "$dir/b.sock" "${side_b[@]}"
-  daemons+=("$last_pid")
-  for _ in $(seq 1 100); do [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break; sleep 0.05; done
-  cp "$dir/droced_a.log" "$dir/daemon_a_start.log"
+  daemon_mode=1
+  T_DROCED_TIMEOUT=$per_process_timeout
+  T_DROCED_NETNS=$ns_a
+  start_droced a "${side_a[@]}" --log-level info
+  T_DROCED_NETNS=$ns_b
+  start_droced b "${side_b[@]}"
+  cp "$dir/a.log" "$dir/daemon_a_start.log"
   side_a=(--daemon "$dir/a.sock")
   side_b=(--daemon "$dir/b.sock")
 fi
@@ -123,17 +123,12 @@ describe() {
   esac
 }
 failed=$wire_failed
-for i in "${!daemons[@]}"; do
-  kill -TERM "${daemons[$i]}" 2>/dev/null
-  wait "${daemons[$i]}"
-  rc=$?
-  name=$([ "$i" -eq 0 ] && echo a || echo b)
-  if [ "$rc" -ne 0 ] || ! grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/droced_$name.log"; then
-    echo "FAIL: droced in namespace $name: exit $rc"; cat "$dir/droced_$name.log"; failed=1
-  fi
-done
+# Each droced (namespace a, b) must exit 0 with no object left.
+fail=0
+stop_daemons
+[ "$fail" -eq 0 ] || failed=1
 # The server's port line (active MTU) is in its daemon's log in daemon mode.
-[ ${#daemons[@]} -gt 0 ] && cat "$dir/daemon_a_start.log" >>"$dir/server.log"
+[ "$daemon_mode" -eq 1 ] && cat "$dir/daemon_a_start.log" >>"$dir/server.log"
 if [ -n "${DROCE_TEST_ACTIVE_MTU:-}" ] && ! grep -Eq "active MTU ${DROCE_TEST_ACTIVE_MTU}[,)]" "$dir/server.log"; then
   echo "FAIL: the server's port does not report active MTU $DROCE_TEST_ACTIVE_MTU"
   failed=1

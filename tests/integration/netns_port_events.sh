@@ -9,20 +9,15 @@
 # usage: netns_port_events.sh LAUNCHER PORT_EVENTS_PROGRAM
 # shellcheck disable=SC2015
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER PORT_EVENTS_PROGRAM" >&2
-  exit 2
-fi
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"  # and lib.sh
+t_usage $# 2 2 "LAUNCHER PORT_EVENTS_PROGRAM"
 launcher=$1
 prog=$2
 kind=af_packet
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
 netns_check_prereqs "$launcher" "$kind"
-[ -x "$prog" ] || fail "'$prog' is not an executable file"
+t_launcher "$prog"
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_VLAN
 netns_setup
 

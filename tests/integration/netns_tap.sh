@@ -6,29 +6,25 @@
 #   Needs root; exit 77 (skip) without it, without ping or the tap PMD.
 # shellcheck disable=SC2015  # `a && b || fail`: fail is right whichever failed
 set -u
-
-if [ $# -ne 1 ]; then
-  echo "usage: $0 LAUNCHER" >&2
-  exit 2
-fi
+# lib.sh comes with it.
+# shellcheck source=netns_common.sh
+. "$(dirname "$0")/netns_common.sh"
+t_usage $# 1 1 "LAUNCHER"
 launcher=$1
 
-# shellcheck source=tests/integration/netns_common.sh
-. "$(dirname "$0")/netns_common.sh"
-
-[ -x "$launcher" ] || fail "launcher '$launcher' is not an executable file"
+t_launcher "$launcher"
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
-command -v ip >/dev/null 2>&1 || skip "'ip' not found (iproute2)"
-command -v ping >/dev/null 2>&1 || skip "'ping' not found (iputils-ping)"
-command -v ibv_rc_pingpong >/dev/null 2>&1 || skip "'ibv_rc_pingpong' not found (ibverbs-utils)"
+require_program ip iproute2
+require_program ping iputils-ping
+require_program ibv_rc_pingpong ibverbs-utils
 compgen -G "/usr/lib/*/dpdk/pmds-*/librte_net_tap.so*" >/dev/null ||
   skip "DPDK's tap PMD is not installed (librte-net-tap23: scripts/setup.sh)"
 [ -e /dev/net/tun ] || skip "no /dev/net/tun"
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_VLAN
 
-dir=$(mktemp -d /tmp/droce-netns.XXXXXX) || fail "mktemp -d failed"
-trap netns_cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+# One namespace of netns_common.sh's (not netns_setup: no veths here).
+t_setup netns
+on_exit netns_cleanup
 ip netns add "$ns_a" || skip "cannot create a network namespace"
 tap="dtp$$"
 readonly port=18515

@@ -10,34 +10,20 @@
 #   ever answers, so the client ends with a retry-exceeded error, as expected.
 #   Passes if OUT holds RC SEND packets and `droce pcap-check` accepts OUT.
 #   No root needed. Exit 77 (skip) without ibv_rc_pingpong or the pcap PMD.
-# shellcheck disable=SC2317,SC2059  # cleanup runs from a trap; MACs are printf escapes
+# shellcheck disable=SC2059  # MACs are printf escapes
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER RC_PINGPONG" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER RC_PINGPONG"
 launcher=$1
 program=$2
-[ -x "$launcher" ] || { echo "FAIL: launcher '$launcher' is not an executable file"; exit 1; }
-command -v "$program" >/dev/null 2>&1 || { echo "SKIP: '$program' not found"; exit 77; }
-if ! compgen -G "/usr/lib/*/dpdk/pmds-*/librte_net_pcap.so*" >/dev/null; then
-  echo "SKIP: DPDK's pcap PMD is not installed (librte-net-pcap23: scripts/setup.sh)"
-  exit 77
-fi
+t_launcher "$launcher"
+require_program "$program" ibverbs-utils
+compgen -G "/usr/lib/*/dpdk/pmds-*/librte_net_pcap.so*" >/dev/null ||
+  skip "DPDK's pcap PMD is not installed (librte-net-pcap23: scripts/setup.sh)"
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_GATEWAY DROCE_IP6 DROCE_VLAN
 
-dir=$(mktemp -d /tmp/droce-pcap.XXXXXX) || { echo "FAIL: mktemp -d failed"; exit 1; }
-server_pid=""
-cleanup() {
-  if [ -n "$server_pid" ]; then
-    kill -TERM -- "-$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-  fi
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+t_setup pcap
 
 readonly server_ip=10.77.9.1 client_ip=10.77.9.2
 readonly server_mac='\x02\x00\x0a\x4d\x09\x01'  # the derived MAC droce gives 10.77.9.1
@@ -66,16 +52,10 @@ for _ in $(seq 1 100); do
     break
   fi
 done
-[ -n "$port" ] || { echo "FAIL: no free TCP port"; exit 1; }
+[ -n "$port" ] || fail "no free TCP port"
 
-timeout 60 "$launcher" exec --ip "$server_ip/24" -- "$program" -g 0 -p "$port" -n 5 \
-  </dev/null >"$dir/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 100); do
-  awk -v p="$(printf ':%04X' "$port")" 'FNR > 1 && substr($2, length($2) - 4) == p && $4 == "0A" { f = 1 } END { exit !f }' \
-    /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
-  sleep 0.1
-done
+t_bg "$dir/server.log" 60 "$launcher" exec --ip "$server_ip/24" -- "$program" -g 0 -p "$port" -n 5
+wait_tcp_listen "$port"
 
 timeout 60 "$launcher" exec --link "net_pcap0,rx_pcap=$dir/in.pcap,tx_pcap=$dir/out.pcap" \
   --ip "$client_ip/24" -- "$program" -g 0 -p "$port" -n 5 127.0.0.1 </dev/null >"$dir/client.log" 2>&1

@@ -19,26 +19,18 @@
 #   serving both (one RoCE endpoint, two processes, like two processes on
 #   one RNIC), or `two` daemons linked over memif, one per side. Each daemon
 #   must stop cleanly on SIGTERM with no object or memory map left.
-# shellcheck disable=SC2317  # kill_group and cleanup run from traps
+# shellcheck disable=SC2317  # start_client runs from run_client
 set -u
-
-if [ $# -lt 2 ]; then
-  echo "usage: $0 LAUNCHER PROGRAM [PROGRAM ARGS...]" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 - "LAUNCHER PROGRAM [PROGRAM ARGS...]"
 launcher=$1
 program=$2
 shift 2
 prog_args=("$@")
 
-if [ ! -x "$launcher" ]; then
-  echo "FAIL: launcher '$launcher' is not an executable file" >&2
-  exit 1
-fi
-if ! command -v "$program" >/dev/null 2>&1; then
-  echo "SKIP: '$program' not found (install ibverbs-utils: scripts/setup.sh)"
-  exit 77
-fi
+t_launcher "$launcher"
+require_program "$program" ibverbs-utils
 
 # Links and addresses come from the flags below; a stray MAC or MTU from the
 # caller's environment must not make the two peers identical.
@@ -48,22 +40,8 @@ readonly per_process_timeout=${DROCE_TEST_TIMEOUT:-60}  # seconds, for each of s
 readonly listen_wait=10           # seconds to wait for the server's TCP listen
 readonly max_client_attempts=20   # client retries while the server is not listening
 
-dir=$(mktemp -d /tmp/droce-it.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+t_setup it
 server_pid=""
-client_pid=""
-daemon_pids=()
-
-# shellcheck source=tests/integration/pair_common.sh
-. "$(dirname "$0")/pair_common.sh"
-
-cleanup() {
-  kill_group "$client_pid"
-  kill_group "$server_pid"
-  for pid in "${daemon_pids[@]}"; do kill_group "$pid"; done
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
 
 # port_state PORT: prints the hex TCP states of local sockets bound to PORT.
 port_state() {
@@ -83,10 +61,7 @@ pick_port() {
       break
     fi
   done
-  if [ -z "$port" ]; then
-    echo "FAIL: could not find a free TCP port" >&2
-    exit 1
-  fi
+  [ -n "$port" ] || fail "could not find a free TCP port"
 }
 pick_port
 
@@ -98,19 +73,18 @@ link_of() { echo "net_memif0,role=$1,socket=$sock,socket-abstract=no"; }
 
 # Daemon mode: the daemons own the links; the programs name a socket.
 daemon_mode=${DROCE_TEST_DAEMON:-}
-daemon_pids=()
 server_flags=(--link "$(link_of server)" --ip 10.77.1.1/24)
 client_flags=(--link "$(link_of client)" --ip 10.77.1.2/24)
 case $daemon_mode in
   '') ;;
   one)
-    start_daemon d0 --ip 10.77.1.1/24
+    start_droced d0 --ip 10.77.1.1/24
     server_flags=(--daemon "$dir/d0.sock"); client_flags=(--daemon "$dir/d0.sock") ;;
   two)
-    start_daemon d0 --link "$(link_of server)" --ip 10.77.1.1/24
-    start_daemon d1 --link "$(link_of client)" --ip 10.77.1.2/24
+    start_droced d0 --link "$(link_of server)" --ip 10.77.1.1/24
+    start_droced d1 --link "$(link_of client)" --ip 10.77.1.2/24
     server_flags=(--daemon "$dir/d0.sock"); client_flags=(--daemon "$dir/d1.sock") ;;
-  *) echo "FAIL: DROCE_TEST_DAEMON=$daemon_mode: one or two"; exit 1 ;;
+  *) fail "DROCE_TEST_DAEMON=$daemon_mode: one or two" ;;
 esac
 
 show_logs() {
@@ -126,15 +100,14 @@ show_logs() {
   echo "-----"
 }
 
-start_client() {
-  timeout "$per_process_timeout" env "${client_env[@]}" "$launcher" exec "${client_flags[@]}" \
-    -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1 </dev/null >"$1" 2>&1 &
-  last_pid=$!
+start_client() {  # LOG (run_client's START_FN: sets last_pid)
+  t_bg "$1" "$per_process_timeout" env "${client_env[@]}" "$launcher" exec "${client_flags[@]}" \
+    -- "$program" -p "$port" "${prog_args[@]}" 127.0.0.1
 }
 run_pair() {
-  timeout "$per_process_timeout" env "${server_env[@]}" "$launcher" exec "${server_flags[@]}" \
-    -- "$program" -p "$port" "${prog_args[@]}" </dev/null >"$dir/server.log" 2>&1 &
-  server_pid=$!
+  t_bg "$dir/server.log" "$per_process_timeout" env "${server_env[@]}" "$launcher" exec "${server_flags[@]}" \
+    -- "$program" -p "$port" "${prog_args[@]}"
+  server_pid=$last_pid
   # rc_pingpong's client does not retry its TCP connect: start it once the
   # server listens (and at least 0.5 s after the server), and retry it if it
   # still came too early.

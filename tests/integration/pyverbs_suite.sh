@@ -15,7 +15,11 @@
 # skip whose reason is not one of the known ones below (hardware droce
 # cannot be, or a gap of droce's listed in docs/FEATURES.md): a test that
 # passed and now skips is a regression.
+# shellcheck disable=SC2317  # pyverbs_cleanup runs from the exit trap
 set -uo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 - "LAUNCHER embedded|daemon [DROCED] [SEED...]"
 here=$(cd "$(dirname "$0")" && pwd)
 launcher=$1 mode=$2
 shift 2
@@ -23,8 +27,10 @@ droced=""
 if [ "$mode" = daemon ]; then droced=$1; shift; fi
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1)
+t_launcher "$launcher"
+[ "$mode" = daemon ] && t_launcher "$droced"
 src=/usr/share/doc/rdma-core/tests
-[ -f "$src/run_tests.py" ] || { echo "SKIP: python3-pyverbs is not installed"; exit 77; }
+[ -f "$src/run_tests.py" ] || skip "python3-pyverbs is not installed"
 
 # Known skip reasons (a regular expression per line, matched against the
 # reason unittest prints).
@@ -54,14 +60,16 @@ known=(
 # is not offered to droced's clients.
 [ "$mode" = daemon ] && known+=("Rereg MR is not supported")
 
-dir=$(mktemp -d "${TMPDIR:-/tmp}/droce-pyverbs.XXXXXX")
+t_setup pyverbs
 ns=""
-cleanup() {
+# The daemon mode's namespace: what runs in it, then itself.
+pyverbs_cleanup() {
+  t_kill_all
   [ -n "$ns" ] && ip netns pids "$ns" 2>/dev/null | xargs -r kill -KILL 2>/dev/null
   [ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
-  rm -rf -- "$dir"
+  return 0
 }
-trap cleanup EXIT
+on_exit pyverbs_cleanup
 cp -r "$src" "$dir/tests"
 gunzip -f "$dir"/tests/*.gz
 # run_tests.py after random.seed(SEED).
@@ -76,9 +84,9 @@ EOF
 run=()
 if [ "$mode" = daemon ]; then
   ns="droce-pyv-$$"
-  ip netns add "$ns" || { echo "SKIP: cannot make a namespace"; exit 77; }
+  ip netns add "$ns" || skip "cannot make a namespace"
   ip -n "$ns" link set lo up
-  ip -n "$ns" link add "pyv$$" type veth peer name "pyw$$" || { echo "SKIP: no veth"; exit 77; }
+  ip -n "$ns" link add "pyv$$" type veth peer name "pyw$$" || skip "no veth"
   ip -n "$ns" link set "pyv$$" up && ip -n "$ns" link set "pyw$$" up
   ip -n "$ns" addr add 10.77.0.1/24 dev "pyv$$"
   run=(ip netns exec "$ns" bash "$here/with_droced.sh" "$droced" --)

@@ -21,25 +21,15 @@
 # usage: sr_pair.sh LAUNCHER WRITE_CHECK IB_WRITE_BW
 # Every process is bounded by `timeout` and killed on exit.
 set -u
-
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LAUNCHER WRITE_CHECK IB_WRITE_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 3 3 "LAUNCHER WRITE_CHECK IB_WRITE_BW"
 launcher=$1
 check=$2
 perftest=$3
-dir=$(mktemp -d /tmp/droce-sr.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-# shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, fault_dropped, kill_group, wait_tcp_listen, hang_watch
+t_launcher "$launcher"
+t_setup sr 30
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_CTL DROCE_STATS DROCE_SR DROCE_TRACE
-srv=""
-cleanup() {
-  kill_group "$srv"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
 
 # run NAME SERVER_SR CLIENT_SR RULE PROGRAM...: the server end of PROGRAM
 # (write_check server PORT, or ib_write_bw -p PORT), then its client with
@@ -64,15 +54,15 @@ run() {
   # responder had. Go-back-N keeps 4 ms: there it is the recovery.
   local ack_timeout=10
   [ "$ssr" != off ] && [ "$csr" != off ] && ack_timeout=14
-  WRITE_CHECK_TIMEOUT=$ack_timeout DROCE_SR=$ssr DROCE_STATS=1 setsid timeout 60 "$launcher" exec \
+  t_bg "$dir/$name.server.log" 60 env WRITE_CHECK_TIMEOUT="$ack_timeout" DROCE_SR="$ssr" DROCE_STATS=1 "$launcher" exec \
     --link "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.1/24 \
-    -- "${sargs[@]}" >"$dir/$name.server.log" 2>&1 &
-  srv=$!
+    -- "${sargs[@]}"
+  local srv=$last_pid
   wait_tcp_listen "$port" || fail "$name: the server did not listen"
-  WRITE_CHECK_TIMEOUT=$ack_timeout DROCE_SR=$csr DROCE_STATS=1 DROCE_FAULT=$rule timeout 60 "$launcher" exec \
-    --link "net_memif0,role=client,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.2/24 \
-    -- "${cargs[@]}" >"$dir/$name.client.log" 2>&1 &
-  local cli=$!
+  t_bg "$dir/$name.client.log" 60 env WRITE_CHECK_TIMEOUT="$ack_timeout" DROCE_SR="$csr" DROCE_STATS=1 DROCE_FAULT="$rule" \
+    "$launcher" exec --link "net_memif0,role=client,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.2/24 \
+    -- "${cargs[@]}"
+  local cli=$last_pid
   # A run takes a few seconds; one still going after 50 s has hung: say
   # where every thread of both ends is before timeout kills them.
   hang_watch 50 "$srv" "$cli"
@@ -83,7 +73,6 @@ run() {
   wait "$watch" 2>/dev/null
   wait "$srv"
   local src=$?
-  srv=""
   [ "$crc" -eq 0 ] || fail "$name: the client exited with $crc"
   [ "$src" -eq 0 ] || fail "$name: the server exited with $src"
 }

@@ -14,38 +14,30 @@
 # usage: stall_pair.sh LAUNCHER IB_WRITE_BW
 # Every process is bounded by `timeout` and killed on exit.
 set -u
-
-if [ $# -ne 2 ]; then
-  echo "usage: $0 LAUNCHER IB_WRITE_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 2 2 "LAUNCHER IB_WRITE_BW"
 launcher=$1
 perftest=$2
-# shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # stat_of, kill_group, wait_tcp_listen, require_program, clear_droce_env
-require_program "$perftest"
+t_launcher "$launcher"
+require_program "$perftest" perftest
+t_setup stall 40
 clear_droce_env
-dir=$(mktemp -d /tmp/droce-stall.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
 srv=""
-cleanup() {
-  [ -n "$srv" ] && kill -CONT -- "-$srv" 2>/dev/null
-  kill_group "$srv"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 40 "$f"; done; exit 1; }
+resume_server() { [ -n "$srv" ] && kill -CONT -- "-$srv" 2>/dev/null; }
+on_exit resume_server  # a stopped group cannot take the TERM
 
 stop_ms=300
 port=$(( 20000 + RANDOM % 20000 ))
-DROCE_STATS=1 setsid timeout 120 "$launcher" exec \
+t_bg "$dir/server.log" 120 env DROCE_STATS=1 "$launcher" exec \
   --link "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.3.1/24 \
-  -- "$perftest" -s 65536 -D 3 -F -p "$port" >"$dir/server.log" 2>&1 &
-srv=$!
+  -- "$perftest" -s 65536 -D 3 -F -p "$port"
+srv=$last_pid
 wait_tcp_listen "$port" || fail "the server did not listen"
-DROCE_STATS=1 timeout 120 "$launcher" exec \
+t_bg "$dir/client.log" 120 env DROCE_STATS=1 "$launcher" exec \
   --link "net_memif0,role=client,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.3.2/24 \
-  -- "$perftest" -s 65536 -D 3 -F -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1 &
-cli=$!
+  -- "$perftest" -s 65536 -D 3 -F -p "$port" 127.0.0.1
+cli=$last_pid
 # perftest's two seconds of warm-up and setup, then the stop, well inside
 # its three measured seconds.
 sleep 2.5

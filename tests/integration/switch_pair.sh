@@ -15,34 +15,20 @@
 # usage: switch_pair.sh LAUNCHER DROCE_SWITCH IB_WRITE_BW DROCED
 # Every process is bounded by `timeout` and killed on exit.
 set -u
-
-if [ $# -ne 4 ]; then
-  echo "usage: $0 LAUNCHER DROCE_SWITCH IB_WRITE_BW DROCED" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 4 4 "LAUNCHER DROCE_SWITCH IB_WRITE_BW DROCED"
 launcher=$1
 switch=$2
 program=$3
-droced=$4
-if ! command -v "$program" >/dev/null 2>&1; then
-  echo "SKIP: '$program' not found (install perftest: scripts/setup.sh)"
-  exit 77
-fi
-dir=$(mktemp -d /tmp/droce-switch.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-# shellcheck source=pair_common.sh
-. "$(dirname "$0")/pair_common.sh"  # wait_tcp_listen, stat_of, kill_group
-pids=()  # each a `setsid timeout` process: the leader of its group
-cleanup() {
-  for p in "${pids[@]}"; do kill_group "$p"; done
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$dir"/*.log; do echo "== $f"; tail -n 30 "$f"; done; exit 1; }
+T_DROCED=$4 T_DROCED_TIMEOUT=60  # start_droced's
+t_launcher "$launcher"
+require_program "$program" perftest
+t_setup switch 30
 
-setsid timeout 60 "$switch" --port "$dir/a.sock" --port "$dir/b.sock" --rate 2gbit \
-  --kmin 10000 --kmax 100000 --pmax 0.2 --duration 30 >"$dir/switch.log" 2>&1 &
-sw=$!
-pids+=("$sw")
+t_bg "$dir/switch.log" 60 "$switch" --port "$dir/a.sock" --port "$dir/b.sock" --rate 2gbit \
+  --kmin 10000 --kmax 100000 --pmax 0.2 --duration 30
+sw=$last_pid
 for _ in $(seq 1 50); do
   [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] && break
   sleep 0.1
@@ -50,10 +36,9 @@ done
 [ -S "$dir/a.sock" ] && [ -S "$dir/b.sock" ] || fail "the switch made no sockets"
 
 port=$(( 20000 + RANDOM % 20000 ))
-DROCE_STATS=1 setsid timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/a.sock,socket-abstract=no" \
-  --ip 10.78.0.1/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" >"$dir/server.log" 2>&1 &
-srv=$!
-pids+=("$srv")
+t_bg "$dir/server.log" 60 env DROCE_STATS=1 "$launcher" exec --link "net_memif0,role=client,socket=$dir/a.sock,socket-abstract=no" \
+  --ip 10.78.0.1/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port"
+srv=$last_pid
 wait_tcp_listen "$port"
 DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/b.sock,socket-abstract=no" \
   --ip 10.78.0.2/24 -- "$program" -s 65536 -D 4 --report_gbits -p "$port" 127.0.0.1 >"$dir/client.log" 2>&1
@@ -83,32 +68,26 @@ one="$bw Gb/s, $marked marked, $np_sent CNPs, $rp_handled handled by DCQCN"
 
 # 2. Two flows through one bottleneck.
 tuned=min_time_between_cnps=30,rate_reduce_monitor_period=50,clamp_tgt_rate=1,rpg_byte_reset=0,rpg_time_reset=55
-setsid timeout 60 "$switch" --port "$dir/r.sock" --port "$dir/s1.sock" --port "$dir/s2.sock" --rate 2gbit \
-  --kmin 10000 --kmax 100000 --pmax 0.2 --buffer 4194304 --duration 40 >"$dir/switch2.log" 2>&1 &
-sw=$!
-pids+=("$sw")
+t_bg "$dir/switch2.log" 60 "$switch" --port "$dir/r.sock" --port "$dir/s1.sock" --port "$dir/s2.sock" --rate 2gbit \
+  --kmin 10000 --kmax 100000 --pmax 0.2 --buffer 4194304 --duration 40
+sw=$last_pid
 for _ in $(seq 1 50); do [ -S "$dir/s2.sock" ] && break; sleep 0.1; done
-setsid timeout 60 "$droced" --config /dev/null --socket "$dir/d.sock" --dcqcn "$tuned" \
-  --link "net_memif0,role=client,socket=$dir/r.sock,socket-abstract=no" --ip 10.78.0.1/24 </dev/null >"$dir/droced.log" 2>&1 &
-dp=$!
-pids+=("$dp")
-for _ in $(seq 1 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
-[ -S "$dir/d.sock" ] || fail "droced did not listen"
+# droced on $dir/d.sock, its log $dir/d.log.
+start_droced d --dcqcn "$tuned" --link "net_memif0,role=client,socket=$dir/r.sock,socket-abstract=no" --ip 10.78.0.1/24
+dp=$last_pid
 p1=$(( 20000 + RANDOM % 10000 ))
 p2=$(( p1 + 1 ))
 for p in "$p1" "$p2"; do
-  setsid timeout 60 "$launcher" exec --daemon "$dir/d.sock" -- "$program" -s 65536 -D 6 --report_gbits -p "$p" \
-    >"$dir/server_$p.log" 2>&1 &
-  pids+=("$!")
+  t_bg "$dir/server_$p.log" 60 "$launcher" exec --daemon "$dir/d.sock" -- "$program" -s 65536 -D 6 --report_gbits -p "$p"
 done
 wait_tcp_listen "$p1"
 wait_tcp_listen "$p2"
-DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s1.sock,socket-abstract=no" \
-  --ip 10.78.0.2/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p1" 127.0.0.1 >"$dir/client1.log" 2>&1 &
-c1=$!
-DROCE_STATS=1 timeout 60 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s2.sock,socket-abstract=no" \
-  --ip 10.78.0.3/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p2" 127.0.0.1 >"$dir/client2.log" 2>&1 &
-c2=$!
+t_bg "$dir/client1.log" 60 env DROCE_STATS=1 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s1.sock,socket-abstract=no" \
+  --ip 10.78.0.2/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p1" 127.0.0.1
+c1=$last_pid
+t_bg "$dir/client2.log" 60 env DROCE_STATS=1 "$launcher" exec --link "net_memif0,role=client,socket=$dir/s2.sock,socket-abstract=no" \
+  --ip 10.78.0.3/24 --dcqcn "$tuned" -- "$program" -s 65536 -D 6 --report_gbits -p "$p2" 127.0.0.1
+c2=$last_pid
 wait "$c1"
 rc1=$?
 wait "$c2"

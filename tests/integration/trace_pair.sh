@@ -15,38 +15,23 @@
 #      without one).
 #
 # usage: trace_pair.sh LAUNCHER IBV_RC_PINGPONG IB_SEND_BW
+# shellcheck disable=SC2317  # stop_ctl_pair runs from the exit trap
 set -u
-
-if [ $# -ne 3 ]; then
-  echo "usage: $0 LAUNCHER IBV_RC_PINGPONG IB_SEND_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 3 3 "LAUNCHER IBV_RC_PINGPONG IB_SEND_BW"
 launcher=$1
 pingpong=$2
 send_bw=$3
-for p in "$pingpong" "$send_bw" /usr/bin/python3; do
-  if ! command -v "$p" >/dev/null 2>&1; then
-    echo "SKIP: '$p' not found (scripts/setup.sh installs ibverbs-utils and perftest)"
-    exit 77
-  fi
-done
+t_launcher "$launcher"
+require_program "$pingpong" ibverbs-utils
+require_program "$send_bw" perftest
+require_program /usr/bin/python3
 here=$(dirname "$0")
-dir=$(mktemp -d /tmp/droce-trace.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
+t_setup trace
 server_pid=""
 client_pid=""
-. "$here/pair_common.sh"
-cleanup() {
-  kill_group "$client_pid"
-  kill_group "$server_pid"
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_FAULT DROCE_CAPTURE DROCE_TRACE DROCE_CTL
-fail() {
-  echo "FAIL: $*"
-  exit 1
-}
 
 # 1. From the start.
 mkdir -p "$dir/start"

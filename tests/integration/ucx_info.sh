@@ -7,22 +7,13 @@
 #
 # usage: ucx_info.sh LAUNCHER [UCX_INFO]
 set -u
-
-if [ $# -lt 1 ]; then
-  echo "usage: $0 LAUNCHER [UCX_INFO]" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 - "LAUNCHER [UCX_INFO]"
 launcher=$1
 ucx_info=${2:-ucx_info}
-
-if [ ! -x "$launcher" ]; then
-  echo "FAIL: launcher '$launcher' is not an executable file" >&2
-  exit 1
-fi
-if ! command -v "$ucx_info" >/dev/null 2>&1; then
-  echo "SKIP: '$ucx_info' not found (install ucx-utils: scripts/setup.sh)"
-  exit 77
-fi
+t_launcher "$launcher"
+require_program "$ucx_info" ucx-utils
 
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU DROCE_IP6
 tmp=${TMPDIR:-/tmp}

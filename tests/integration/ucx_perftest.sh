@@ -5,23 +5,24 @@
 # cleanly within the bound; prints each test's "Final:" line.
 #
 # usage: ucx_perftest.sh DROCE_RANK [ITERATIONS]
-# shellcheck disable=SC2317  # cleanup runs from traps
+# shellcheck disable=SC2317  # kill_server runs from the exit trap
 set -u
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 1 2 "DROCE_RANK [ITERATIONS]"
 rank_tool=$1
 iters=${2:-2000}
-command -v ucx_perftest >/dev/null 2>&1 || { echo "SKIP: ucx_perftest not found (install ucx-utils: scripts/setup.sh)"; exit 77; }
+t_launcher "$rank_tool"
+require_program ucx_perftest ucx-utils
 unset DROCE_LINK DROCE_IP DROCE_MAC DROCE_MTU
 export UCX_TLS=rc_verbs,ud_verbs,self
 
-dir=$(mktemp -d /tmp/droce-ucx.XXXXXX) || exit 1
+t_setup ucx
+# The server runs under `timeout -s KILL` (not t_bg's plain timeout): its
+# group is killed at exit here.
 server=""
-cleanup() {
-  # timeout leads a process group of its own: take the program with it.
-  [ -n "$server" ] && { kill -KILL -- "-$server" 2>/dev/null || kill -KILL "$server" 2>/dev/null; wait "$server" 2>/dev/null; }
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
-trap 'echo "interrupted" >&2; exit 130' INT TERM HUP
+kill_server() { kill_group "$server"; }
+on_exit kill_server
 
 fail=0
 # one NAME ARGS...: a server/client pair of ucx_perftest ARGS.

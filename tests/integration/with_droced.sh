@@ -7,32 +7,22 @@
 # DROCE_DAEMON pointing at it (and no DROCE_LINK). Passes if CMD passes and
 # the daemon then stops on SIGTERM with nothing left.
 set -u
-droced=$1
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 3 - "DROCED [DROCED ARGS...] -- CMD [ARGS...]"
+T_DROCED=$1 T_DROCED_TIMEOUT=600  # start_droced's
 shift
 dargs=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do dargs+=("$1"); shift; done
 shift
-dir=$(mktemp -d /tmp/droce-withd.XXXXXX) || exit 1
-dpid=""
-cleanup() {
-  [ -n "$dpid" ] && kill -KILL -- "-$dpid" 2>/dev/null
-  wait 2>/dev/null
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
+t_setup withd
 dargs=("${dargs[@]//@DIR@/$dir}")
-timeout 600 "$droced" --config /dev/null --socket "$dir/d.sock" "${dargs[@]}" </dev/null >"$dir/d.log" 2>&1 &
-dpid=$!
-for _ in $(seq 1 100); do [ -S "$dir/d.sock" ] && break; sleep 0.05; done
-[ -S "$dir/d.sock" ] || { echo "FAIL: droced did not listen"; cat "$dir/d.log"; exit 1; }
+start_droced d "${dargs[@]}"
 env -u DROCE_LINK DROCE_DAEMON="$dir/d.sock" "$@"
 rc=$?
-kill -TERM "$dpid"
-wait "$dpid"
-drc=$?
-dpid=""
+fail=0
+stop_daemons  # SIGTERM: exit 0, nothing left (else fail=1)
 tail -3 "$dir/d.log"
-[ "$rc" -eq 0 ] || { echo "FAIL: the command exited $rc"; exit 1; }
-[ "$drc" -eq 0 ] || { echo "FAIL: droced exited $drc"; exit 1; }
-grep -q 'stopped (clients 0 live.*objects 0, memory maps 0;' "$dir/d.log" || { echo "FAIL: droced left objects"; exit 1; }
+[ "$rc" -eq 0 ] || fail "the command exited $rc"
+[ "$fail" -eq 0 ] || exit 1
 exit 0

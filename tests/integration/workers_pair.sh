@@ -23,32 +23,23 @@
 # Progress modes: in every run one side uses DROCE_PROGRESS=app and the other
 # DROCE_PROGRESS=thread, alternating which.
 set -u
-
-if [ $# -ne 6 ]; then
-  echo "usage: $0 LAUNCHER EXTRA_QP_LIB RC_PINGPONG IB_SEND_BW IB_WRITE_BW IB_READ_BW" >&2
-  exit 2
-fi
+# shellcheck source=lib.sh
+. "$(dirname "$0")/lib.sh"
+t_usage $# 6 6 "LAUNCHER EXTRA_QP_LIB RC_PINGPONG IB_SEND_BW IB_WRITE_BW IB_READ_BW"
 launcher=$1 extra_qp_lib=$2 rc_pingpong=$3 send_bw=$4 write_bw=$5 read_bw=$6
 
-for p in "$rc_pingpong" "$send_bw" "$write_bw" "$read_bw"; do
-  if ! command -v "$p" >/dev/null 2>&1; then
-    echo "SKIP: '$p' not found (install ibverbs-utils and perftest: scripts/setup.sh)"
-    exit 77
-  fi
-done
+t_launcher "$launcher"
+require_program "$rc_pingpong" ibverbs-utils
+for p in "$send_bw" "$write_bw" "$read_bw"; do require_program "$p" perftest; done
 # It goes into LD_PRELOAD (absolute, no ':' or spaces) of the client only.
-if [ ! -f "$extra_qp_lib" ]; then
-  echo "FAIL: '$extra_qp_lib' does not exist" >&2
-  exit 1
-fi
+[ -f "$extra_qp_lib" ] || fail "'$extra_qp_lib' does not exist"
 extra_qp_lib=$(realpath -- "$extra_qp_lib")
 case $extra_qp_lib in
-  *[[:space:]:]*) echo "FAIL: '$extra_qp_lib' contains ':' or whitespace" >&2; exit 1 ;;
+  *[[:space:]:]*) fail "'$extra_qp_lib' contains ':' or whitespace" ;;
 esac
 
 pair="$(dirname "$0")/pingpong_pair.sh"
-dir=$(mktemp -d /tmp/droce-workers.XXXXXX) || { echo "FAIL: mktemp -d failed" >&2; exit 1; }
-trap 'rm -rf -- "$dir"' EXIT
+t_setup workers
 
 export DROCE_WORKERS=${DROCE_TEST_WORKERS:-2} DROCE_STATS=1
 unset DROCE_PROGRESS DROCE_WORKER_CPU

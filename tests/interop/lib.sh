@@ -59,9 +59,9 @@ interop_cleanup() {
 
 skip_all() { echo "SKIP: $*"; exit 77; }
 
-# kill_group PID: the process group of a `timeout` (tests/integration).
-# shellcheck source=tests/integration/pair_common.sh
-. "$interop_dir/../integration/pair_common.sh"
+# kill_group PID: the process group of a `timeout` (tests/integration/lib.sh).
+# shellcheck source=tests/integration/lib.sh
+. "$interop_dir/../integration/lib.sh"
 
 # interop_setup LAUNCHER LOGDIR: checks what is needed (a skip says what is
 # missing), boots the guest and brings the tap up.
