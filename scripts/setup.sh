@@ -38,6 +38,11 @@ packages=(
   dpdk-dev sockperf iperf3
   # `droce cc-scenario --png`: plots of the congestion-control experiments
   gnuplot-nox
+  # the man pages, Markdown turned into roff at build time (docs/man), and
+  # man to read them
+  pandoc man-db
+  # bash completion of droce (tools/droce/droce.bash-completion; tested)
+  bash-completion
 )
 
 missing=()
