@@ -404,6 +404,7 @@ Json TraceRow(size_t index, const engine::Device& d, const std::optional<lab::Tr
   j["state"] = stopped ? "stopped" : st->failed ? "failed" : "running";
   j["options"] = st->text;
   j["events"] = st->events;
+  j["written"] = st->events_written;
   j["dropped"] = st->dropped;
   j["bytes"] = st->bytes;
   return j;

@@ -1160,8 +1160,8 @@ absl::StatusOr<lab::TraceStatus> Device::StopTrace() {
     t = std::move(trace_);
     SetQpTraceSinks();
   });
-  lab::TraceStatus st = t->Status();
-  t.reset();  // the last events written, the file closed
+  const lab::TraceStatus st = t->Close();  // the last events written, the file closed
+  t.reset();
   Log(LogLevel::kInfo, "%s: trace to %s stopped: %llu events (%llu lost)", port_.name.c_str(), st.text.c_str(),
       static_cast<unsigned long long>(st.events), static_cast<unsigned long long>(st.dropped));
   return st;

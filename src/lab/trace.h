@@ -59,6 +59,8 @@ absl::StatusOr<TraceOptions> ParseTraceSpec(std::string_view spec);
 // monotonic time into ns since the Unix epoch.
 std::string FormatTraceEvent(const transport::TraceEvent& e, TraceFormat f, const std::string& dev,
                              int64_t epoch_offset_ns);
+void AppendTraceEvent(std::string* s, const transport::TraceEvent& e, TraceFormat f, const std::string& dev,
+                      int64_t epoch_offset_ns);
 // The CSV header line.
 std::string_view TraceCsvHeader();
 // `droce trace-dump`: a binary trace file printed to `out` as JSON lines or
@@ -67,10 +69,11 @@ absl::StatusOr<uint64_t> DumpTrace(const std::string& path, TraceFormat f, std::
 
 struct TraceStatus {
   std::string text;
-  uint64_t events = 0;   // written
-  uint64_t dropped = 0;  // lost to a full ring
-  uint64_t bytes = 0;
-  bool failed = false;   // a write failed (the trace writes nothing more)
+  uint64_t events = 0;          // recorded: written, or in the rings to be written
+  uint64_t events_written = 0;  // of those, written to the file so far
+  uint64_t dropped = 0;         // lost to a full ring
+  uint64_t bytes = 0;           // written so far
+  bool failed = false;          // a write failed (the trace writes nothing more)
 };
 
 // One device's trace: a ring per worker and the writer thread.
@@ -78,8 +81,11 @@ class Trace {
  public:
   static absl::StatusOr<std::unique_ptr<Trace>> Start(const TraceOptions& o, const std::string& dev, int workers,
                                                       int64_t epoch_offset_ns);
-  // Drains the rings a last time, writes and closes the file.
+  // Drains the rings a last time, writes and closes the file (Close).
   ~Trace();
+  // Stops the writer, writes what the rings hold and closes the file: the
+  // final status. Sinks must no longer be recorded into.
+  TraceStatus Close();
   // The sink for QP `qpn` owned by worker `w`; nullptr if the filter leaves
   // it out.
   transport::TraceSink* SinkFor(uint32_t qpn, int w);
@@ -103,7 +109,9 @@ class Trace {
   uint64_t mono_now_ = 0, clock_now_ = 0;
   std::vector<std::unique_ptr<transport::TraceSink>> rings_;
   std::FILE* f_ = nullptr;
-  std::mutex io_mu_;  // f_, st_, scratch_
+  std::mutex io_mu_;  // f_, failed_, scratch_, line_ (the writer's)
+  bool failed_ = false;
+  std::mutex st_mu_;  // st_: held only to update or copy it
   TraceStatus st_;
   std::vector<transport::TraceEvent> scratch_;
   std::string line_;

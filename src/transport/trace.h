@@ -104,6 +104,8 @@ class TraceSink {
     return h - t;
   }
   uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  // Events recorded so far (not dropped), drained or not; any thread.
+  uint64_t recorded() const { return head_.load(std::memory_order_acquire); }
 
  private:
   TraceEvent* slots_;
