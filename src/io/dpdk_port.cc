@@ -6,8 +6,8 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -451,10 +451,25 @@ void DpdkPort::PrefaultSharedMemory() {
       if (line.find("/memfd:memif_region_") == std::string::npos) continue;
       uintptr_t lo = 0, hi = 0;
       if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &lo, &hi) != 2 || hi <= lo) continue;
-      // Write access populated (the pages are shared: nothing is written).
-      // Older kernels (before 5.14) do not know the advice; the first pass
-      // then faults as before.
-      (void)madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_POPULATE_WRITE);
+      // One byte of each page read through process_vm_readv on this very
+      // process: the kernel faults the page in (a shared, writable memfd
+      // mapping gets a writable entry on a read fault), and a range the PMD
+      // unmaps meanwhile is an EFAULT, not a SIGSEGV. Not
+      // MADV_POPULATE_WRITE: on this platform's PVM guest kernel it killed
+      // the process now and then with SIGSEGV (SEGV_ACCERR on the syscall
+      // instruction itself; cm_fi_pingpong_msg under scripts/stress.sh).
+      constexpr uintptr_t kPage = 4096;
+      constexpr size_t kBatch = 512;
+      char sink[kBatch];
+      iovec local{sink, sizeof(sink)};
+      iovec remote[kBatch];
+      const pid_t self = getpid();
+      for (uintptr_t a = lo; a < hi;) {
+        size_t n = 0;
+        for (; n < kBatch && a < hi; ++n, a += kPage) remote[n] = {reinterpret_cast<void*>(a), 1};
+        local.iov_len = n;
+        if (process_vm_readv(self, &local, 1, remote, n, 0) < 0) break;  // unmapped meanwhile
+      }
     }
   }).detach();
 }
