@@ -51,8 +51,12 @@ run() {
   # ms default fired whenever a busy machine kept either end off its CPU for
   # that long (scripts/stress.sh: 2 of 3 runs beside two busy loops, with no
   # engine stall counted), and each firing went back N over a window the
-  # responder had. Go-back-N keeps 4 ms: there it is the recovery.
-  local ack_timeout=10
+  # responder had. Go-back-N keeps a short one, 12 (16.8 ms): there it is
+  # the recovery of a lost last packet. Not write_check's 4 ms: a server
+  # kept off its CPU for more than 8 of those (32 ms; a stress run saw 25
+  # stalls totalling 344 ms) is, by the verbs' retry count of 7, a dead
+  # peer, and the client ended in IBV_WC_RETRY_EXC_ERR.
+  local ack_timeout=12
   [ "$ssr" != off ] && [ "$csr" != off ] && ack_timeout=14
   t_bg "$dir/$name.server.log" 60 env WRITE_CHECK_TIMEOUT="$ack_timeout" DROCE_SR="$ssr" DROCE_STATS=1 "$launcher" exec \
     --link "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no" --ip 10.79.0.1/24 \
