@@ -43,6 +43,9 @@ packages=(
   pandoc man-db
   # bash completion of droce (tools/droce/droce.bash-completion; tested)
   bash-completion
+  # droce's own Debian packages (debian/; the debian_package test builds,
+  # lints and installs them)
+  debhelper lintian
 )
 
 missing=()

@@ -11,7 +11,7 @@
 # machine before it was fixed). DROCE_STRESS_HOG=0 runs without it.
 #
 # Environment: BUILD (default build), DROCE_STRESS_HOG (busy loops; default
-# the number of CPUs). The interop and slow suites are left out unless
+# the number of CPUs). The interop, package and slow suites are left out unless
 # tests of theirs are named.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -36,7 +36,7 @@ for (( i = 0; i < hogs; i++ )); do
   hog_pids+=("$!")
 done
 
-select=(--no-suite slow --no-suite interop)
+select=(--no-suite slow --no-suite interop --no-suite package)
 [ $# -gt 0 ] && select=("$@")
 declare -A fails=() seen=()
 for (( r = 1; r <= n; r++ )); do

@@ -33,7 +33,7 @@ shm_before=$(droce_shm)
 # and dproc (droced itself). (Not lib.sh's start_droced: the starts on one
 # socket, what they sweep and what they leave are what this test checks.)
 up_droced() {
-  t_bg "$dir/$1.log" 120 "$droced" --socket "$sock" --ip 10.77.11.1/24
+  t_bg "$dir/$1.log" 120 "$droced" --config /dev/null --socket "$sock" --ip 10.77.11.1/24
   dpid=$last_pid
   # (Its log, not the socket file: a killed droced's file is still there.)
   for _ in $(seq 1 200); do grep -q 'listening on' "$dir/$1.log" && break; sleep 0.05; done

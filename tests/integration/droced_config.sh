@@ -11,7 +11,6 @@
 #    exits 2 before anything starts, naming FILE:LINE: key.
 #
 # usage: droced_config.sh DROCED EXAMPLE_TOML LAUNCHER DAEMON_CLIENT
-# shellcheck disable=SC2317  # stop_listener runs from the exit trap
 set -u
 # shellcheck source=lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -21,11 +20,8 @@ t_launcher "$droced"
 t_launcher "$launcher"
 t_setup config
 # Not lib.sh's start_droced: how droced starts (its file, NOTIFY_SOCKET,
-# JOURNAL_STREAM, exit codes) is what this test checks. The daemons are
-# t_bg's; the notify listener (python3 reading its script on stdin) is not.
-dpid="" lpid=""
-stop_listener() { [ -n "$lpid" ] && { kill -KILL "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; }; return 0; }
-on_exit stop_listener
+# JOURNAL_STREAM, exit codes) is what this test checks.
+dpid=""
 fails=0
 ok() { echo "ok: $*"; }
 not_ok() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -50,30 +46,6 @@ max_mrs = 4
 link = "net_memif0,role=server,socket=$dir/m.sock,socket-abstract=no"
 ip = "10.77.61.1/24"
 TOML
-
-# listen_notify FILE: a unix datagram socket at $dir/notify.sock that writes
-# each message it receives to FILE, until STOPPING=1 or 60 s.
-listen_notify() {
-  rm -f "$dir/notify.sock" "$1"
-  python3 - "$dir/notify.sock" "$1" <<'PY' &
-import socket, sys, time
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.bind(sys.argv[1])
-s.settimeout(60)
-with open(sys.argv[2], "w", buffering=1) as out:
-    try:
-        while True:
-            msg = s.recv(4096).decode()
-            out.write(msg.replace("\n", " | ") + "\n")
-            if "STOPPING=1" in msg:
-                break
-    except socket.timeout:
-        pass
-PY
-  lpid=$!
-  for _ in $(seq 1 100); do [ -S "$dir/notify.sock" ] && return 0; sleep 0.05; done
-  not_ok "the notify listener did not start"
-}
 
 # run_good LOG ARGS...: droced with good.toml (and ARGS) under NOTIFY_SOCKET;
 # waits for the socket file.
@@ -106,7 +78,7 @@ stop_good() {
   rm -f "$dir/m.sock"
 }
 
-listen_notify "$dir/notify.log"
+listen_notify "$dir/notify.sock" "$dir/notify.log" || not_ok "the notify listener did not start"
 if run_good "$dir/d.log"; then
   # READY=1 arrives once it listens (it is sent right after).
   for _ in $(seq 1 100); do grep -q 'READY=1' "$dir/notify.log" 2>/dev/null && break; sleep 0.05; done
@@ -127,21 +99,20 @@ if run_good "$dir/d.log"; then
     not_ok "[limits] not applied: $(cat "$dir/limits.log")"
   fi
   stop_good "$dir/d.log"
-  wait "$lpid"
-  lpid=""
+  wait "$notify_pid"
   if grep -q 'STOPPING=1' "$dir/notify.log"; then ok "STOPPING=1 on SIGTERM"
   else not_ok "no STOPPING=1 (got: $(cat "$dir/notify.log"))"
   fi
 fi
 
 # --- flags override the file ----------------------------------------------
-listen_notify "$dir/notify2.log"
+listen_notify "$dir/notify.sock" "$dir/notify2.log" || not_ok "the notify listener did not start"
 if run_good "$dir/d2.log" --socket-mode 0600; then
   mode=$(stat -c %a "$dir/d.sock")
   [ "$mode" = 600 ] && ok "--socket-mode 0600 overrides the file" || not_ok "--socket-mode 0600 gave mode $mode"
   stop_good "$dir/d2.log"
 fi
-kill "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null; lpid=""
+kill "$notify_pid" 2>/dev/null; wait "$notify_pid" 2>/dev/null
 
 # --- bad files exit 2 before anything starts --------------------------------
 # expect_bad NAME WANT ARGS...: droced ARGS exits 2, one line containing WANT,

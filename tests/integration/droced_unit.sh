@@ -15,8 +15,10 @@ require_program systemd-analyze systemd
 t_setup unit
 fails=0
 # verify wants the unit under its own name; it checks ExecStart's binary.
+# --man=no: the pages its Documentation= names are installed, not here
+# (debian_package verifies the installed unit with them).
 cp "$unit" "$dir/droced.service"
-if out=$(systemd-analyze verify "$dir/droced.service" 2>&1); then
+if out=$(systemd-analyze verify --man=no "$dir/droced.service" 2>&1); then
   echo "ok: systemd-analyze verify droced.service${out:+ ($out)}"
 else
   echo "FAIL: systemd-analyze verify: $out"

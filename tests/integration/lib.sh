@@ -39,6 +39,8 @@ fail() {
     for f in "$dir"/*.log; do
       [ -e "$f" ] && { echo "== $f"; tail -n "$t_fail_log_lines" "$f"; }
     done
+    # Once more after the logs: meson prints only a long output's end.
+    echo "FAIL: $*"
   fi
   exit 1
 }
@@ -125,6 +127,33 @@ t_bg() {
   timeout "$secs" "$@" </dev/null >"$log" 2>&1 &
   last_pid=$!
   t_groups+=("$last_pid")
+}
+
+# listen_notify SOCK FILE: systemd's side of sd_notify: a unix datagram
+# socket at SOCK (give it to a daemon as NOTIFY_SOCKET) that writes each
+# message it receives to FILE, one a line, until STOPPING=1 or 60 s. A t_bg
+# process (notify_pid, to wait for); returns 1 if the socket did not appear.
+listen_notify() {
+  rm -f "$1" "$2"
+  t_bg "$2.listener" 70 python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+s.settimeout(60)
+with open(sys.argv[2], "w", buffering=1) as out:
+    try:
+        while True:
+            msg = s.recv(4096).decode()
+            out.write(msg.replace("\n", " | ") + "\n")
+            if "STOPPING=1" in msg:
+                break
+    except socket.timeout:
+        pass
+' "$1" "$2"
+  notify_pid=$last_pid
+  local i
+  for (( i = 0; i < 100; i++ )); do [ -S "$1" ] && return 0; sleep 0.05; done
+  return 1
 }
 
 # stat_of LOG COUNTER: the first "droce:   COUNTER   N" line's N (a

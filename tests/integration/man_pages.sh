@@ -4,8 +4,9 @@
 # flag is in droce(1) and droced(8); droced's own flags (its --help) in
 # droced(8); every droce command (droce help) and ctl object (droce ctl help)
 # in droce(1); every key droced's configuration parser knows in
-# droced.toml(5); the bash completion offers the commands, flags and ctl
-# objects and completes. Where pandoc built the pages, each renders with
+# droced.toml(5); droce-switch's and droce-rank's flags in their own pages;
+# the bash completion offers the commands, flags and ctl objects and
+# completes. Where pandoc built the pages, each renders with
 # man without a warning.
 #
 # usage: man_pages.sh LAUNCHER DROCED SOURCE_ROOT [BUILT_MAN_DIR]
@@ -50,6 +51,19 @@ has droce.1 "--daemon" "the exec flag"
 own=$("$droced" --help 2>&1 | grep -oE '\[--[a-z-]+' | tr -d '[' | sort -u)
 [ -n "$own" ] || fail "droced --help names no flag"
 for f in $own; do has droced.8 "$f" "droced's flag"; done
+
+# droce-switch's flags (its --help) and droce-rank's (its usage line), in
+# their own pages; both are installed beside droce.
+switch=$(dirname "$launcher")/../droce_switch/droce-switch
+rank=$(dirname "$launcher")/droce-rank
+[ -x "$switch" ] || fail "no droce-switch at $switch"
+[ -x "$rank" ] || fail "no droce-rank at $rank"
+sw=$("$switch" --help 2>&1 | grep -E -- '^(usage:| +--)' | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+[ "$(wc -w <<<"$sw")" -ge 8 ] || fail "droce-switch --help names only: $sw"
+for f in $sw; do has droce-switch.1 "$f" "droce-switch's flag"; done
+rk=$("$rank" 2>&1 | grep -oE -- '--[a-z][a-z-]+' | sort -u)
+[ "$(wc -w <<<"$rk")" -ge 4 ] || fail "droce-rank's usage names only: $rk"
+for f in $rk; do has droce-rank.1 "$f" "droce-rank's flag"; done
 
 # droce's commands and ctl's objects, from their help.
 cmds=$("$launcher" help 2>&1 | sed -nE 's/^  ([a-z][a-z-]+)( .*)?$/\1/p' | sort -u)
@@ -101,7 +115,7 @@ fi
 rendered=0
 if [ -n "$built" ] && [ -f "$built/droce.1" ]; then
   if command -v man >/dev/null 2>&1; then
-    for p in droce.1 droce.7 droced.8 droced.toml.5; do
+    for p in droce.1 droce.7 droce-rank.1 droce-switch.1 droced.8 droced.toml.5; do
       [ -f "$built/$p" ] || fail "$built/$p was not built"
       out=$(MANWIDTH=80 man --warnings -l "$built/$p" 2>&1 >/dev/null)
       [ -z "$out" ] || { echo "MISSING: man warns about $p: $out"; missing=$(( missing + 1 )); }
@@ -112,5 +126,5 @@ fi
 
 [ "$missing" -eq 0 ] || fail "$missing things the programs have are not in the man pages"
 echo "PASS: the man pages name $(wc -w <<<"$vars") variables, $(wc -w <<<"$flags") setting flags," \
-     "$(wc -w <<<"$own") droced flags, $(wc -w <<<"$cmds") commands, $(wc -w <<<"$objs") ctl objects," \
+     "$(wc -w <<<"$own") droced flags, $(wc -w <<<"$sw") droce-switch and $(wc -w <<<"$rk") droce-rank flags, $(wc -w <<<"$cmds") commands, $(wc -w <<<"$objs") ctl objects," \
      "$(wc -w <<<"$keys") configuration keys; $rendered pages rendered by man; completion run: $completed"

@@ -49,7 +49,7 @@
 #define DROCE_VERSION "unknown"
 #endif
 #ifndef DROCE_PROVIDER_INSTALL_PATH
-#define DROCE_PROVIDER_INSTALL_PATH "/usr/local/lib/libdroce.so"
+#define DROCE_PROVIDER_INSTALL_PATH "/usr/local/lib/libdroce.so.0"
 #endif
 
 namespace fs = std::filesystem;
@@ -215,14 +215,16 @@ std::optional<std::string> FindProvider() {
   if (std::optional<fs::path> exe = SelfExe()) {
     fs::path dir = exe->parent_path();
     candidates.push_back(dir / ".." / ".." / "providers" / "libdroce.so");  // build tree
-    candidates.push_back(dir / ".." / "lib" / "libdroce.so");               // install tree
+    candidates.push_back(dir / ".." / "lib" / "libdroce.so.0");             // install tree
   }
   candidates.emplace_back(DROCE_PROVIDER_INSTALL_PATH);
   for (const fs::path& c : candidates) {
     if (IsRegularFile(c)) {
+      // The directory made canonical, the name kept: LD_PRELOAD names
+      // libdroce.so(.0) as found, not the versioned file it links to.
       std::error_code ec;
-      fs::path canon = fs::canonical(c, ec);
-      return ec ? c.lexically_normal().string() : canon.string();
+      fs::path dir = fs::canonical(c.parent_path(), ec);
+      return ec ? c.lexically_normal().string() : (dir / c.filename()).string();
     }
   }
   std::vector<std::string> tried;
