@@ -97,12 +97,13 @@ if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -o DPkg::Lock::Timeout=12
 fi
 ok "installed: $(dpkg-query -W -f='${Package} ${Version}, ' "${packages[@]}")"
 dpkg -L "${packages[@]}" 2>/dev/null | sort -u >"$dir/files.txt"
+droce=/usr/bin/droce  # the installed one, whatever else PATH has first
 
-out=$(timeout 60 droce exec -- ibv_devinfo 2>&1)
+out=$(timeout 60 "$droce" exec -- ibv_devinfo 2>&1)
 if grep -qE 'hca_id:[[:space:]]+droce0' <<<"$out"; then ok "droce exec -- ibv_devinfo: $(grep -E 'hca_id|state' <<<"$out" | tr -s ' \t\n' ' ')"
 else not_ok "the installed droce exec -- ibv_devinfo: $out"
 fi
-out=$(timeout 30 droce exec -- env 2>&1 | grep '^LD_PRELOAD=')
+out=$(timeout 30 "$droce" exec -- env 2>&1 | grep '^LD_PRELOAD=')
 grep -qE '^LD_PRELOAD=/usr/lib/[^:]*/libdroce\.so\.0(:|$)' <<<"$out" && ok "droce preloads $out" ||
   not_ok "droce exec preloads '$out', not the installed libdroce.so.0"
 for page in droce.1 droce.7 droce-rank.1 droce-switch.1 droced.8 droced.toml.5; do
@@ -140,18 +141,18 @@ if grep -q 'READY=1' "$dir/notify.log" 2>/dev/null; then
   st=$(stat -c '%a %G' "$sock" 2>/dev/null)
   [ "$st" = "660 rdma" ] && ok "$sock: mode 0660, group rdma" || not_ok "$sock is '$st', want '660 rdma'"
   # With neither DROCE_DAEMON nor DROCE_LINK, the default socket's daemon.
-  out=$(timeout 60 droce exec -- ibv_devinfo -v 2>&1)
+  out=$(timeout 60 "$droce" exec -- ibv_devinfo -v 2>&1)
   if grep -qE 'hca_id:[[:space:]]+droce0' <<<"$out"; then ok "a client of the packaged droced: $(grep -E 'hca_id' <<<"$out" | tr -s ' \t' ' ')"
   else not_ok "ibv_devinfo through droced: $out"
   fi
   # A program that stays (an ibv_rc_pingpong server waiting for its peer)
   # is one of droced's clients while it runs.
   port=$(( 20000 + RANDOM % 20000 ))
-  t_bg "$dir/pingpong.log" 60 droce exec -- ibv_rc_pingpong -g 0 -p "$port"
+  t_bg "$dir/pingpong.log" 60 "$droce" exec -- ibv_rc_pingpong -g 0 -p "$port"
   ppid_=$last_pid
   clients=""
   for _ in $(seq 1 100); do
-    clients=$(timeout 30 droce ctl --socket "$sock" client show 2>&1)
+    clients=$(timeout 30 "$droce" ctl --socket "$sock" client show 2>&1)
     grep -q 'ibv_rc_pingpong' <<<"$clients" && break
     sleep 0.1
   done

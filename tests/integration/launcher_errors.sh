@@ -100,7 +100,7 @@ expect_env() {
 }
 
 expect_env "exec -- env: LD_PRELOAD has libdroce.so" \
-  '^LD_PRELOAD=/[^:]*/libdroce\.so(:|$)' exec -- env
+  '^LD_PRELOAD=/[^:]*/libdroce\.so(\.0)?(:|$)' exec -- env
 expect_env "exec --ip: DROCE_IP set" \
   '^DROCE_IP=10\.9\.8\.7/24$' exec --ip 10.9.8.7/24 -- env
 expect_env "exec --ip=: DROCE_IP set" \
@@ -121,7 +121,7 @@ expect_env "exec --link: DROCE_LINK set verbatim" \
 inherited=${LD_PRELOAD:+$LD_PRELOAD:}
 with_env=(LD_PRELOAD="${inherited}/nonexistent/keep-me.so")
 expect_env "existing LD_PRELOAD entries are kept after the provider" \
-  "^LD_PRELOAD=/[^:]*/libdroce\\.so:${inherited//./\\.}/nonexistent/keep-me\\.so\$" exec -- env
+  "^LD_PRELOAD=/[^:]*/libdroce\\.so(\\.0)?:${inherited//./\\.}/nonexistent/keep-me\\.so\$" exec -- env
 expect_env "exec --worker-cpu: DROCE_WORKER_CPU set" \
   '^DROCE_WORKER_CPU=0$' exec --worker-cpu 0 -- env
 expect_env "exec --worker-cpu with a list: DROCE_WORKER_CPU set verbatim" \

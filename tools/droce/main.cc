@@ -215,6 +215,9 @@ std::optional<std::string> FindProvider() {
   if (std::optional<fs::path> exe = SelfExe()) {
     fs::path dir = exe->parent_path();
     candidates.push_back(dir / ".." / ".." / "providers" / "libdroce.so");  // build tree
+    // (A build directory made before the library had a soname version can
+    // lose its libdroce.so link when ninja cleans the old output away.)
+    candidates.push_back(dir / ".." / ".." / "providers" / "libdroce.so.0");
     candidates.push_back(dir / ".." / "lib" / "libdroce.so.0");             // install tree
   }
   candidates.emplace_back(DROCE_PROVIDER_INSTALL_PATH);
