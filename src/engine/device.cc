@@ -117,11 +117,12 @@ namespace {
 
 // A process that exits with a trace on (the usual end of DROCE_TRACE) gets
 // its last events written: the device, and so the trace, is never
-// destroyed.
+// destroyed, and its writer drains the rings only every few milliseconds
+// (on a busy machine, far less often).
 void FlushTracesAtExit() {
   for (int i = 0; i < config::kMaxDevices; ++i) {
     if (Device* d = Device::Started(i)) {
-      if (std::optional<lab::TraceStatus> st = d->TraceState(); st && st->dropped != 0) {
+      if (std::optional<lab::TraceStatus> st = d->CloseTraceAtExit(); st && st->dropped != 0) {
         Log(LogLevel::kWarning, "%s: trace %s lost %llu events to a full ring (ring=N is larger)",
             d->port().name.c_str(), st->text.c_str(), static_cast<unsigned long long>(st->dropped));
       }
@@ -1165,6 +1166,15 @@ absl::StatusOr<lab::TraceStatus> Device::StopTrace() {
   Log(LogLevel::kInfo, "%s: trace to %s stopped: %llu events (%llu lost)", port_.name.c_str(), st.text.c_str(),
       static_cast<unsigned long long>(st.events), static_cast<unsigned long long>(st.dropped));
   return st;
+}
+
+std::optional<lab::TraceStatus> Device::CloseTraceAtExit() {
+  std::lock_guard<std::mutex> l(trace_mu_);
+  if (trace_ == nullptr) return std::nullopt;
+  // The trace stays: workers still running may record into its rings,
+  // which nobody drains any more.
+  trace_->Close();
+  return trace_->Status();
 }
 
 std::optional<lab::TraceStatus> Device::TraceState() {

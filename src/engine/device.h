@@ -332,6 +332,8 @@ class Device final : public Session {
   absl::Status StartTrace(const lab::TraceOptions& o);
   absl::StatusOr<lab::TraceStatus> StopTrace();
   std::optional<lab::TraceStatus> TraceState();
+  // At exit: the trace's last events written and its file closed.
+  std::optional<lab::TraceStatus> CloseTraceAtExit();
   // The same, read while the workers run (Peek): for the live statistics.
   Counters PeekCounters() const;
   // Every QP's counters now, with its QPN and owner tag, read while the
