@@ -150,6 +150,9 @@ class Backend {
                                    std::span<const uint8_t> optval) = 0;
 };
 
+// How long a process's exit waits for its connection manager's last MADs.
+constexpr uint64_t kExitFlushNs = 200'000'000;
+
 // Embedded: this process's engine and connection manager.
 class Local final : public Backend {
  public:
@@ -163,6 +166,14 @@ class Local final : public Backend {
     if (ports_.empty()) return ENODEV;
     ucma_.Start();
     return 0;
+  }
+  // The process exits, and its connection manager with it: as the kernel
+  // when a process's rdma_cm file closes, every peer gets its DREQ or REJ
+  // (a peer left waiting for a DREP would retry its DREQ for a minute and
+  // more: perftest's -R client did), and they are let out on the link.
+  void ProcessExit() {
+    ucma_.ProcessExit();
+    for (const auto& p : ports_) (void)p->device()->FlushGsi(kExitFlushNs);
   }
   int Open(int fd) override { return ucma_.OpenChannel(static_cast<uint64_t>(fd), fd); }
   void Close(int fd) override {
@@ -240,9 +251,12 @@ Backend* backend(int* err) {
       b = new Remote();
       return;
     }
-    auto* local = new Local();  // lives until exit: its thread and the engines' sinks use it
+    static Local* local = new Local();  // lives until exit: its thread and the engines' sinks use it
     start_err = local->Start();
-    if (start_err == 0) b = local;
+    if (start_err == 0) {
+      b = local;
+      std::atexit([] { local->ProcessExit(); });
+    }
   });
   *err = start_err;
   return b;

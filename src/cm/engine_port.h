@@ -24,6 +24,7 @@ class EnginePort final : public PortIo, public engine::GsiSink, public engine::E
   void QpEvent(uint64_t, int) override {}
   void SrqEvent(uint64_t, int) override {}
   void DeviceEvent(int event_type) override;
+  engine::Device* device() const { return device_; }
 
  private:
   Ucma* ucma_;

@@ -287,9 +287,7 @@ void Manager::DropTimer(Id* id) {
   id->retries_left = 0;
 }
 
-int Manager::DestroyId(uint32_t handle) {
-  Id* id = Find(handle);
-  if (id == nullptr) return -EINVAL;
+void Manager::TellPeerGone(Id* id) {
   // What the peer is told, as the kernel's cm_destroy_id.
   switch (id->state) {
     case St::kReqSent: {
@@ -324,6 +322,12 @@ int Manager::DestroyId(uint32_t handle) {
     default:
       break;
   }
+}
+
+int Manager::DestroyId(uint32_t handle) {
+  Id* id = Find(handle);
+  if (id == nullptr) return -EINVAL;
+  TellPeerGone(id);
   if (id->state == St::kReqRcvd && id->parent != 0) {
     if (Id* l = Find(id->parent)) --l->pending;
   }
@@ -334,6 +338,25 @@ int Manager::DestroyId(uint32_t handle) {
   if (id->local_comm_id != 0) by_comm_.erase(id->local_comm_id);
   ids_.erase(handle);
   return 0;
+}
+
+void Manager::ProcessExit() {
+  for (auto& [handle, id] : ids_) {
+    TellPeerGone(id.get());
+    // Nothing more is sent for it: no retries, no answer but a DREP to a
+    // DREQ (HandleDreq, in timewait or disconnected).
+    DropTimer(id.get());
+    switch (id->state) {
+      case St::kReqSent:
+      case St::kReqRcvd:
+      case St::kRepSent:
+      case St::kRepRcvd:
+        id->state = St::kDisconnected;  // rejected just now
+        break;
+      default:
+        break;
+    }
+  }
 }
 
 int Manager::BindPort(Id* id, const IpAddr& want) {

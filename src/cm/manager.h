@@ -186,6 +186,11 @@ class Manager {
   // Destroys an id as rdma_destroy_id does (REJ or DREQ to a peer as the
   // state calls for); unknown ids: -EINVAL.
   int DestroyId(uint32_t id);
+  // The process ends (the embedded connection manager dies with it): every
+  // peer is told as if each id were destroyed (DREQ, REJ), as the kernel
+  // does when a process's rdma_cm file closes; the ids stay, so the process's
+  // other threads find what they held until it is gone.
+  void ProcessExit();
   int Bind(uint32_t id, const IpAddr& addr);
   int ResolveAddr(uint32_t id, const IpAddr* src, const IpAddr& dst, uint32_t timeout_ms);
   int ResolveRoute(uint32_t id, uint32_t timeout_ms);
@@ -254,6 +259,8 @@ class Manager {
               uint64_t tid);
   void SendRemembered(Id* id, const Message& m, uint64_t timeout_ns, unsigned retries);
   void EnterTimewait(Id* id);
+  // The peer learns that id is gone (REJ or DREQ as its state calls for).
+  void TellPeerGone(Id* id);
   void DropTimer(Id* id);
   AhInfo AhTo(const Id& id, const Gid& dgid) const;
   uint8_t AckTimeout(const Id& id) const;

@@ -222,6 +222,17 @@ void Ucma::CloseChannel(uint64_t key) {
   if (Channel* ch = ChannelOf(key)) CloseLocked(ch);
 }
 
+void Ucma::ProcessExit() {
+  std::lock_guard<std::mutex> l(mu_);
+  // What already arrived first (a DREQ gets its DREP), then the farewells.
+  while (!inbox_.empty()) {
+    In in = inbox_.front();
+    inbox_.pop_front();
+    mgr_->OnMad(in.dev, in.src, in.mad);
+  }
+  mgr_->ProcessExit();
+}
+
 void Ucma::CloseChannelsOf(uint32_t owner) {
   std::lock_guard<std::mutex> l(mu_);
   std::vector<Channel*> theirs;

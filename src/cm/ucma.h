@@ -57,6 +57,10 @@ class Ucma {
   void CloseChannel(uint64_t key);
   // droced: every channel whose key's high 32 bits are `owner`.
   void CloseChannelsOf(uint32_t owner);
+  // The process is exiting with its embedded connection manager: the MADs
+  // that arrived are handled, then every peer is told (Manager::ProcessExit).
+  // The caller then lets the ports send them (engine::Device::FlushGsi).
+  void ProcessExit();
   bool HasChannel(uint64_t key);
 
   // One command (its struct after rdma_ucm_cmd_hdr, in_len bytes; out_len

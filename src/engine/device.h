@@ -415,6 +415,10 @@ class Device final : public Session {
   // Whether dgid's MAC has been resolved (1), or not yet (0: asked, worker 0
   // resolves it). Any thread.
   int ResolveNeighbor(const wire::Ipv6Addr& dgid);
+  // Waits (at most timeout_ns) until every MAD queued so far is on the link
+  // or dropped: a process that exits after its connection manager's last
+  // words (cm::Ucma::ProcessExit). Returns whether they all went.
+  bool FlushGsi(uint64_t timeout_ns);
 
   // Shared by every worker's TransportEnv.
   bool InvalidateRkey(uint32_t rkey, uint32_t pd);
@@ -690,6 +694,8 @@ class Device final : public Session {
   std::atomic<bool> gsi_pending_{false};
   std::mutex gsi_mu_;
   std::vector<GsiOut> gsi_out_;               // under gsi_mu_
+  uint64_t gsi_queued_ = 0;                   // MADs accepted by SendGsi, under gsi_mu_
+  std::atomic<uint64_t> gsi_done_{0};         // of them, sent (the link has them) or dropped
   std::vector<wire::Ipv6Addr> gsi_known_;     // resolved neighbours, under gsi_mu_
   uint32_t gsi_psn_ = 0;                      // worker 0's
 };

@@ -6,6 +6,8 @@
 // mutex.
 #include <rte_mbuf.h>
 
+#include <time.h>
+
 #include <cstring>
 
 #include "engine/device.h"
@@ -58,9 +60,26 @@ void Device::SendGsi(const wire::Ipv6Addr& sgid, const wire::Ipv6Addr& dgid, uin
     o.since_ns = NowNs();
     std::memcpy(o.mad.data(), mad, kMadLen);
     gsi_out_.push_back(o);
+    ++gsi_queued_;
     gsi_pending_.store(true, std::memory_order_release);
   }
   WakeWorkerNow(workers_[0]->wake);
+}
+
+bool Device::FlushGsi(uint64_t timeout_ns) {
+  uint64_t target;
+  {
+    std::lock_guard<std::mutex> l(gsi_mu_);
+    target = gsi_queued_;
+  }
+  const uint64_t deadline = NowNs() + timeout_ns;
+  while (gsi_done_.load(std::memory_order_acquire) < target) {
+    if (NowNs() >= deadline) return false;
+    WakeWorkerNow(workers_[0]->wake);
+    const timespec step{0, 200'000};
+    nanosleep(&step, nullptr);
+  }
+  return true;
 }
 
 int Device::ResolveNeighbor(const wire::Ipv6Addr& dgid) {
@@ -95,11 +114,16 @@ bool Device::DrainGsi(Worker& w) {
   std::vector<GsiOut> waiting;
   std::vector<wire::Ipv6Addr> resolved;
   bool sent = false;
+  uint64_t done = 0;  // MADs sent or dropped
   for (GsiOut& o : out) {
     wire::MacAddr mac;
     if (!ResolveMac(w, o.dgid, &mac)) {
-      if (now - o.since_ns < kGsiHoldNs) waiting.push_back(o);
-      else if (!o.resolve_only) Bump(w.stats.gsi_drop);
+      if (now - o.since_ns < kGsiHoldNs) {
+        waiting.push_back(o);
+      } else if (!o.resolve_only) {
+        Bump(w.stats.gsi_drop);
+        ++done;
+      }
       continue;
     }
     resolved.push_back(o.dgid);
@@ -127,7 +151,12 @@ bool Device::DrainGsi(Worker& w) {
     w.SendFrame(f, static_cast<uint32_t>(n));
     Bump(w.stats.gsi_sent);
     sent = true;
+    ++done;
   }
+  // On the link now, not at the end of the turn: FlushGsi's waiter may be a
+  // process about to exit.
+  if (sent) FlushTx(w);
+  if (done != 0) gsi_done_.fetch_add(done, std::memory_order_release);
   std::lock_guard<std::mutex> l(gsi_mu_);
   for (const auto& g : resolved) {
     bool have = false;

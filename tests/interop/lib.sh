@@ -17,8 +17,10 @@
 # ARGS...` for each case (FN returns 0 pass, 77 skip with a reason echoed,
 # anything else fail), then interop_finish. Each case has a directory
 # LOGDIR/GROUP/NAME with every process's output and a capture of the tap;
-# the directory (and with it the capture) is removed when the case passes.
+# the directory (and with it the capture) is removed when the case passes
+# (kept with DROCE_INTEROP_KEEP=1, to compare with a failing run's).
 # A failing case also gets the guest's dmesg and rxe's counters.
+# DROCE_INTEROP_CASES=REGEX runs only the cases whose names match.
 
 readonly host_ip=10.90.0.1 droce_ip=10.90.0.11 peer_ip=10.90.0.2
 readonly host_ip6=fd90::1 droce_ip6=fd90::11 peer_ip6=fd90::2
@@ -261,7 +263,10 @@ retry() {
 }
 
 case_capture_start() {
-  ip netns exec "$ns" tcpdump -i "$tap" -s 512 -U -w "$cdir/tap.pcap" \
+  # --immediate-mode: frames reach tcpdump as they come, not when a block of
+  # the kernel's ring fills or times out (the last block would be lost at
+  # the interrupt below).
+  ip netns exec "$ns" tcpdump --immediate-mode -i "$tap" -s 512 -U -w "$cdir/tap.pcap" \
     "not (tcp port 7777)" >"$cdir/tcpdump.log" 2>&1 &
   capture_pid=$!
   local i
@@ -273,6 +278,17 @@ case_capture_start() {
 
 case_capture_stop() {
   [ -n "${capture_pid:-}" ] || return 0
+  # tcpdump may be behind the link (by hundreds of frames after a
+  # bandwidth test), and drops what it has not written when interrupted:
+  # the case's last frames, which tell how it ended. Let it catch up
+  # (the file stops growing; at most 3 s).
+  local i size=-1 now
+  for i in $(seq 30); do
+    now=$(stat -c %s "$cdir/tap.pcap" 2>/dev/null || echo 0)
+    [ "$now" = "$size" ] && break
+    size=$now
+    sleep 0.1
+  done
   kill -INT "$capture_pid" 2>/dev/null
   wait "$capture_pid" 2>/dev/null
   capture_pid=""
@@ -345,7 +361,7 @@ case_run() {
   if [ "$rc" -eq 0 ]; then
     echo "PASS: $name (${took} s) $(tail -n 1 "$cdir/case.log")"
     passed+=("$name")
-    rm -rf "$cdir"
+    [ -n "${DROCE_INTEROP_KEEP:-}" ] || rm -rf "$cdir"
   elif [ "$rc" -eq 77 ]; then
     echo "SKIP: $name: $(tail -n 1 "$cdir/case.log")"
     skipped+=("$name")
