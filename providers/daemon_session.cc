@@ -65,6 +65,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // rep_room: the size of *rep, which must be the op's reply payload.
   int Call(uint16_t op, uint16_t dev, const void* req, size_t req_len, const int* fds, int nfds, void* rep,
            size_t rep_room, int* out_fds = nullptr);
+  // The same, typed by the op's entry in DROCE_CTL_OPS: a request or reply
+  // of another type does not compile. fds: the request's (kRegMr, kHello).
+  template <uint16_t op>
+  int Call(uint16_t dev, const typename ctl::OpDef<op>::Req& req, typename ctl::OpDef<op>::Rep* rep = nullptr,
+           int* out_fds = nullptr, const int* fds = nullptr, int nfds = 0) {
+    using Def = ctl::OpDef<op>;
+    return Call(op, dev, &req, ctl::kPayloadLen<typename Def::Req>, fds, nfds, rep,
+                ctl::kPayloadLen<typename Def::Rep>, out_fds);
+  }
   int devices() const { return static_cast<int>(hello_.ndev); }
   const ctl::DevInfo& info(int i) const { return hello_.devs[i]; }
   DaemonSession* session(int i);
@@ -132,7 +141,7 @@ class DaemonSession final : public engine::Session {
   absl::Status Attach() {
     ctl::AttachRep rep{};
     int fds[2] = {-1, -1};
-    if (int e = c_->Call(ctl::kAttach, index_, nullptr, 0, nullptr, 0, &rep, sizeof(rep), fds); e != 0) {
+    if (int e = c_->Call<ctl::kAttach>(index_, {}, &rep, fds); e != 0) {
       return ctl::StatusOf(e, "attach");
     }
     workers_ = static_cast<int>(rep.workers);
@@ -171,12 +180,12 @@ class DaemonSession final : public engine::Session {
 
   absl::StatusOr<uint32_t> AllocPd() override {
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocPd, nullptr, 0, &rep); e != 0) return ctl::StatusOf(e, "alloc PD");
+    if (int e = Call<ctl::kAllocPd>({}, &rep); e != 0) return ctl::StatusOf(e, "alloc PD");
     return rep.id;
   }
   // Destroying succeeds on a dead device (its daemon gone): the objects are
   // gone with it, and the program must be able to clean up.
-  absl::Status DeallocPd(uint32_t pd) override { return Destroy(ctl::kDeallocPd, pd, "dealloc PD"); }
+  absl::Status DeallocPd(uint32_t pd) override { return Destroy<ctl::kDeallocPd>(pd, "dealloc PD"); }
 
   absl::StatusOr<mem::Mr> RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova, uint32_t access) override {
     if (dead()) return absl::UnavailableError("the daemon is gone");
@@ -192,8 +201,8 @@ class DaemonSession final : public engine::Session {
     r.npieces = static_cast<uint32_t>(reg->pieces.size());
     for (size_t i = 0; i < reg->pieces.size(); ++i) r.pieces[i] = reg->pieces[i];
     ctl::IdRep rep{};
-    const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), reg->fds.data(), static_cast<int>(reg->fds.size()), &rep,
-                           sizeof(rep));
+    const int e =
+        c_->Call<ctl::kRegMr>(index_, r, &rep, nullptr, reg->fds.data(), static_cast<int>(reg->fds.size()));
     if (e != 0) {
       ReleaseMemory(*reg);
       return ctl::StatusOf(e, "register MR");
@@ -219,7 +228,7 @@ class DaemonSession final : public engine::Session {
     r.len = UINT64_MAX;
     r.tier = ctl::kTierImplicit;
     ctl::IdRep rep{};
-    if (const int e = c_->Call(ctl::kRegMr, index_, &r, sizeof(r), nullptr, 0, &rep, sizeof(rep)); e != 0) {
+    if (const int e = c_->Call<ctl::kRegMr>(index_, r, &rep); e != 0) {
       return ctl::StatusOf(e, "register an implicit MR");
     }
     {
@@ -234,7 +243,7 @@ class DaemonSession final : public engine::Session {
     return mr;
   }
   absl::Status DeregMr(uint32_t key) override {
-    if (absl::Status s = Destroy(ctl::kDeregMr, key, "deregister MR"); !s.ok()) return s;
+    if (absl::Status s = Destroy<ctl::kDeregMr>(key, "deregister MR"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(obj_mu_);
     if (auto it = mrs_.find(key); it != mrs_.end()) {
       ReleaseMemory(it->second);
@@ -250,23 +259,23 @@ class DaemonSession final : public engine::Session {
       return absl::UnimplementedError("a new translation is not offered in client mode");
     }
     const ctl::ReregMr r{key, flags, pd, access};
-    if (int e = Call(ctl::kReregMr, &r, sizeof(r)); e != 0) return ctl::StatusOf(e, "rereg MR");
+    if (int e = Call<ctl::kReregMr>(r); e != 0) return ctl::StatusOf(e, "rereg MR");
     return absl::OkStatus();
   }
   absl::StatusOr<uint32_t> AllocMw(uint32_t pd, uint8_t type) override {
     const ctl::AllocMw a{pd, type};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kAllocMw, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "alloc MW");
+    if (int e = Call<ctl::kAllocMw>(a, &rep); e != 0) return ctl::StatusOf(e, "alloc MW");
     return rep.id;
   }
-  absl::Status DeallocMw(uint32_t rkey) override { return Destroy(ctl::kDeallocMw, rkey, "dealloc MW"); }
+  absl::Status DeallocMw(uint32_t rkey) override { return Destroy<ctl::kDeallocMw>(rkey, "dealloc MW"); }
 
   absl::StatusOr<engine::CqHandle> CreateCq(uint32_t min_cqe, cq::CqNotifier* notifier, uint64_t cookie) override {
     const uint32_t mine = next_cookie_.fetch_add(1);
     const ctl::CreateCq a{min_cqe, mine};
     ctl::CqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateCq, &a, sizeof(a), &rep, &fd); e != 0) {
+    if (int e = Call<ctl::kCreateCq>(a, &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
@@ -284,7 +293,7 @@ class DaemonSession final : public engine::Session {
     return h;
   }
   absl::Status DestroyCq(uint32_t id) override {
-    if (absl::Status s = Destroy(ctl::kDestroyCq, id, "destroy CQ"); !s.ok()) return s;
+    if (absl::Status s = Destroy<ctl::kDestroyCq>(id, "destroy CQ"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = cqs_.find(id); it != cqs_.end()) {
       cq_cookies_.erase(it->second.mine);
@@ -296,7 +305,7 @@ class DaemonSession final : public engine::Session {
     const ctl::ResizeCq a{id, min_cqe};
     ctl::CqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kResizeCq, &a, sizeof(a), &rep, &fd); e != 0) {
+    if (int e = Call<ctl::kResizeCq>(a, &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "resize CQ");
     }
     auto region = cq::CqRegion::Attach(fd, rep.size, rep.entries);
@@ -308,7 +317,7 @@ class DaemonSession final : public engine::Session {
   }
   absl::Status ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) override {
     const ctl::ModifyCq a{id, count, period_us};
-    if (int e = Call(ctl::kModifyCq, &a, sizeof(a)); e != 0) return ctl::StatusOf(e, "modify CQ");
+    if (int e = Call<ctl::kModifyCq>(a); e != 0) return ctl::StatusOf(e, "modify CQ");
     return absl::OkStatus();
   }
 
@@ -330,7 +339,7 @@ class DaemonSession final : public engine::Session {
     a.cookie = mine;
     ctl::QpRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateQp, &a, sizeof(a), &rep, &fd); e != 0) {
+    if (int e = Call<ctl::kCreateQp>(a, &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create QP");
     }
     if (rep.worker >= queues_.size() || rep.rq_offset >= rep.size || rep.shared_offset + sizeof(engine::QpShared) > rep.size) {
@@ -362,18 +371,18 @@ class DaemonSession final : public engine::Session {
     a.qpn = qpn;
     a.mask = mask;
     a.attr = ctl::Masked(ctl::ToWire(attr), mask);
-    return Call(ctl::kModifyQp, &a, sizeof(a));
+    return Call<ctl::kModifyQp>(a);
   }
   absl::StatusOr<transport::QpAttr> QueryQp(uint32_t qpn) override {
     const ctl::Id a{qpn, 0};
     ctl::WireQpAttr w{};
-    if (int e = Call(ctl::kQueryQp, &a, sizeof(a), &w); e != 0) return ctl::StatusOf(e, "query QP");
+    if (int e = Call<ctl::kQueryQp>(a, &w); e != 0) return ctl::StatusOf(e, "query QP");
     transport::QpAttr attr;
     if (absl::Status s = ctl::FromWire(w, &attr); !s.ok()) return s;
     return attr;
   }
   absl::Status DestroyQp(uint32_t qpn) override {
-    if (absl::Status s = Destroy(ctl::kDestroyQp, qpn, "destroy QP"); !s.ok()) return s;
+    if (absl::Status s = Destroy<ctl::kDestroyQp>(qpn, "destroy QP"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = qps_.find(qpn); it != qps_.end()) {
       qp_cookies_.erase(it->second.mine);
@@ -389,7 +398,7 @@ class DaemonSession final : public engine::Session {
     const ctl::CreateSrq a{pd, max_wr, max_sge, limit, mine, xrcd, cq};
     ctl::SrqRep rep{};
     int fd = -1;
-    if (int e = Call(ctl::kCreateSrq, &a, sizeof(a), &rep, &fd); e != 0) {
+    if (int e = Call<ctl::kCreateSrq>(a, &rep, &fd); e != 0) {
       return ctl::StatusOf(e, "create SRQ");
     }
     auto shm = queue::ShmRegion::Adopt(fd, rep.size);
@@ -410,16 +419,16 @@ class DaemonSession final : public engine::Session {
   }
   int ModifySrq(uint32_t id, uint32_t limit) override {
     const ctl::ModifySrq a{id, limit};
-    return Call(ctl::kModifySrq, &a, sizeof(a));
+    return Call<ctl::kModifySrq>(a);
   }
   absl::StatusOr<uint32_t> QuerySrqLimit(uint32_t id) override {
     const ctl::Id a{id, 0};
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kQuerySrq, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "query SRQ");
+    if (int e = Call<ctl::kQuerySrq>(a, &rep); e != 0) return ctl::StatusOf(e, "query SRQ");
     return rep.id;
   }
   absl::Status DestroySrq(uint32_t id) override {
-    if (absl::Status s = Destroy(ctl::kDestroySrq, id, "destroy SRQ"); !s.ok()) return s;
+    if (absl::Status s = Destroy<ctl::kDestroySrq>(id, "destroy SRQ"); !s.ok()) return s;
     std::lock_guard<std::mutex> l(ev_mu_);
     if (auto it = srqs_.find(id); it != srqs_.end()) {
       srq_cookies_.erase(it->second.mine);
@@ -432,21 +441,21 @@ class DaemonSession final : public engine::Session {
     a.pd = pd;
     a.av = ctl::ToWire(av);
     ctl::IdRep rep{};
-    if (int e = Call(ctl::kCreateAh, &a, sizeof(a), &rep); e != 0) return ctl::StatusOf(e, "create AH");
+    if (int e = Call<ctl::kCreateAh>(a, &rep); e != 0) return ctl::StatusOf(e, "create AH");
     return rep.id;
   }
-  absl::Status DestroyAh(uint32_t id) override { return Destroy(ctl::kDestroyAh, id, "destroy AH"); }
-  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kAttachMcast, qpn, mgid); }
-  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast(ctl::kDetachMcast, qpn, mgid); }
+  absl::Status DestroyAh(uint32_t id) override { return Destroy<ctl::kDestroyAh>(id, "destroy AH"); }
+  int AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast<ctl::kAttachMcast>(qpn, mgid); }
+  int DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) override { return Mcast<ctl::kDetachMcast>(qpn, mgid); }
   Counters ReadCounters() override {
     Counters c;
-    (void)Call(ctl::kReadCounters, nullptr, 0, &c);
+    (void)Call<ctl::kReadCounters>({}, &c);
     return c;
   }
   absl::StatusOr<QpCounters> ReadQpCounters(uint32_t qpn) override {
     const ctl::Id a{qpn, 0};
     QpCounters c;
-    if (int e = Call(ctl::kReadQpCounters, &a, sizeof(a), &c); e != 0) {
+    if (int e = Call<ctl::kReadQpCounters>(a, &c); e != 0) {
       return ctl::StatusOf(e, "read QP counters");
     }
     return c;
@@ -543,27 +552,25 @@ class DaemonSession final : public engine::Session {
     for (engine::EventSink* s : sinks_) s->DeviceEvent(type);
   }
   // rep and fds: room for the op's reply (ctl::ShapeOf), checked below.
-  int Call(uint16_t op, const void* req, size_t len) { return c_->Call(op, index_, req, len, nullptr, 0, nullptr, 0); }
-  template <typename Rep>
-  int Call(uint16_t op, const void* req, size_t len, Rep* rep, int* fds = nullptr) {
-    return c_->Call(op, index_, req, len, nullptr, 0, rep, sizeof(Rep), fds);
+  // A call of op on this device (Connection::Call, typed).
+  template <uint16_t op>
+  int Call(const typename ctl::OpDef<op>::Req& req, typename ctl::OpDef<op>::Rep* rep = nullptr,
+           int* fds = nullptr) {
+    return c_->Call<op>(index_, req, rep, fds);
   }
-  absl::Status Simple(uint16_t op, uint32_t id, const char* what) {
-    const ctl::Id a{id, 0};
-    if (int e = Call(op, &a, sizeof(a)); e != 0) return ctl::StatusOf(e, what);
+  // A destroy by id: it succeeds on a dead device whatever the daemon
+  // answered (or if it cannot answer).
+  template <uint16_t op>
+  absl::Status Destroy(uint32_t id, const char* what) {
+    if (int e = Call<op>(ctl::Id{id, 0}); e != 0 && !dead()) return ctl::StatusOf(e, what);
     return absl::OkStatus();
   }
-  // A destroy: as Simple, but it succeeds on a dead device whatever the
-  // daemon answered (or if it cannot answer).
-  absl::Status Destroy(uint16_t op, uint32_t id, const char* what) {
-    absl::Status s = Simple(op, id, what);
-    return s.ok() || dead() ? absl::OkStatus() : s;
-  }
-  int Mcast(uint16_t op, uint32_t qpn, const wire::Ipv6Addr& gid) {
+  template <uint16_t op>
+  int Mcast(uint32_t qpn, const wire::Ipv6Addr& gid) {
     ctl::Mcast a{};
     a.qpn = qpn;
     std::memcpy(a.gid, gid.data(), 16);
-    return Call(op, &a, sizeof(a));
+    return Call<op>(a);
   }
 
   Connection* c_;
@@ -674,7 +681,7 @@ absl::Status Connection::Open(const std::string& path) {
   if (event_fd_ < 0) return absl::ErrnoToStatus(errno, "eventfd");
   const ctl::Hello h{ctl::kVersion, 0, ctl::AbiHash()};
   int fd = -1;
-  if (int e = Call(ctl::kHello, 0, &h, sizeof(h), &event_fd_, 1, &hello_, sizeof(hello_), &fd); e != 0) {
+  if (int e = Call<ctl::kHello>(0, h, &hello_, &fd, &event_fd_, 1); e != 0) {
     return absl::UnavailableError(absl::StrCat("droced on ", path, " refused the hello: ", std::strerror(e),
                                                e == EPROTO ? " (a daemon of another droce build)" : ""));
   }

@@ -16,43 +16,24 @@ namespace {
 constexpr uint64_t kPage = 4096;
 
 constexpr OpShape kShapes[kOpEnd] = {
-    {},                                                 // 0
-    {sizeof(Hello), 1, sizeof(HelloRep), 1},            // kHello
-    {0, 0, sizeof(AttachRep), 2},                       // kAttach
-    {0, 0, sizeof(IdRep), 0},                           // kAllocPd
-    {sizeof(Id), 0, 0, 0},                              // kDeallocPd
-    {sizeof(RegMr), -1, sizeof(IdRep), 0},              // kRegMr
-    {sizeof(Id), 0, 0, 0},                              // kDeregMr
-    {sizeof(AllocMw), 0, sizeof(IdRep), 0},             // kAllocMw
-    {sizeof(Id), 0, 0, 0},                              // kDeallocMw
-    {sizeof(CreateCq), 0, sizeof(CqRep), 1},            // kCreateCq
-    {sizeof(Id), 0, 0, 0},                              // kDestroyCq
-    {sizeof(ResizeCq), 0, sizeof(CqRep), 1},            // kResizeCq
-    {sizeof(ModifyCq), 0, 0, 0},                        // kModifyCq
-    {sizeof(CreateQp), 0, sizeof(QpRep), 1},            // kCreateQp
-    {sizeof(ModifyQp), 0, 0, 0},                        // kModifyQp
-    {sizeof(Id), 0, sizeof(WireQpAttr), 0},             // kQueryQp
-    {sizeof(Id), 0, 0, 0},                              // kDestroyQp
-    {sizeof(CreateSrq), 0, sizeof(SrqRep), 1},          // kCreateSrq
-    {sizeof(ModifySrq), 0, 0, 0},                       // kModifySrq
-    {sizeof(Id), 0, sizeof(IdRep), 0},                  // kQuerySrq
-    {sizeof(Id), 0, 0, 0},                              // kDestroySrq
-    {sizeof(CreateAh), 0, sizeof(IdRep), 0},            // kCreateAh
-    {sizeof(Id), 0, 0, 0},                              // kDestroyAh
-    {sizeof(Mcast), 0, 0, 0},                           // kAttachMcast
-    {sizeof(Mcast), 0, 0, 0},                           // kDetachMcast
-    {0, 0, sizeof(Counters), 0},                        // kReadCounters
-    {sizeof(Id), 0, sizeof(QpCounters), 0},             // kReadQpCounters
-    {sizeof(CmChannel), 1, 0, 0},                       // kCmOpen
-    {sizeof(CmChannel), 0, 0, 0},                       // kCmClose
-    {sizeof(CmCommand), 0, sizeof(CmResult), 0},        // kCmCommand
-    {sizeof(AdminReq), 0, sizeof(AdminRep), 1},         // kAdmin
-    {sizeof(ReregMr), 0, 0, 0},                         // kReregMr
+    {},  // kOpNone
+#define DROCE_CTL_OP_SHAPE(name, scope, req, req_fds, rep, rep_fds) \
+  {kPayloadLen<req>, req_fds, kPayloadLen<rep>, rep_fds, #name},
+    DROCE_CTL_OPS(DROCE_CTL_OP_SHAPE)
+#undef DROCE_CTL_OP_SHAPE
 };
 
 absl::Status Bad(const char* what) { return absl::InvalidArgumentError(what); }
 
-absl::Status CheckRegMr(const RegMr& r, int nfds) {
+// Each request payload's own checks, found by its type: every op whose
+// request is a T gets Check(T). A type without one needs none beyond its
+// length (the generic one).
+template <typename T>
+absl::Status Check(const T&, int) {
+  return absl::OkStatus();
+}
+
+absl::Status Check(const RegMr& r, int nfds) {
   if (r.tier == kTierImplicit) {
     if (r.addr != 0 || r.len != UINT64_MAX || r.iova != 0 || r.npieces != 0 || nfds != 0) {
       return Bad("an implicit registration is the whole address space, with no pieces");
@@ -79,6 +60,53 @@ absl::Status CheckRegMr(const RegMr& r, int nfds) {
   }
   if (at < r.addr + r.len) return Bad("pieces do not cover the registration");
   return absl::OkStatus();
+}
+
+absl::Status Check(const CreateQp& c, int) {
+  if (c.type != 2 && c.type != 3 && c.type != 4 && c.type != 9 && c.type != 10) return Bad("QP type");
+  if (c.sq_sig_all > 1) return Bad("sq_sig_all");
+  return absl::OkStatus();
+}
+
+absl::Status Check(const ModifyQp& m, int) {
+  transport::QpAttr a;
+  return FromWire(Masked(m.attr, m.mask), &a);
+}
+
+absl::Status Check(const CreateAh& c, int) {
+  transport::AddressVector av;
+  return FromWire(c.av, &av);
+}
+
+absl::Status Check(const AdminReq& a, int) {
+  return a.len > kAdminMaxReq ? Bad("admin request length") : absl::OkStatus();
+}
+
+absl::Status Check(const CmCommand& c, int) {
+  return c.in_len > kCmMaxIn || c.opt_len > kCmMaxOpt ? Bad("CM command length") : absl::OkStatus();
+}
+
+absl::Status Check(const AllocMw& a, int) {
+  return a.type != 1 && a.type != 2 ? Bad("MW type") : absl::OkStatus();
+}
+
+absl::Status Check(const ReregMr& r, int) {
+  if (r.flags == 0 || (r.flags & ~uint32_t{engine::Session::kReregPd | engine::Session::kReregAccess})) {
+    return Bad("rereg flags");
+  }
+  if (r.access & ~uint32_t{0x1F}) return Bad("access");
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status CheckPayload(const uint8_t* p, int nfds) {
+  if constexpr (std::is_same_v<T, None>) {
+    return absl::OkStatus();
+  } else {
+    T v;
+    std::memcpy(&v, p, sizeof(v));
+    return Check(v, nfds);
+  }
 }
 
 }  // namespace
@@ -111,59 +139,13 @@ absl::Status ValidateRequest(const uint8_t* msg, size_t len, int nfds) {
   if (h.op != kHello && h.dev >= kMaxDevices) return Bad("device index");
   const uint8_t* p = msg + sizeof(h);
   switch (h.op) {
-    case kRegMr: {
-      RegMr r;
-      std::memcpy(&r, p, sizeof(r));
-      return CheckRegMr(r, nfds);
-    }
-    case kCreateQp: {
-      CreateQp c;
-      std::memcpy(&c, p, sizeof(c));
-      if (c.type != 2 && c.type != 3 && c.type != 4 && c.type != 9 && c.type != 10) return Bad("QP type");
-      if (c.sq_sig_all > 1) return Bad("sq_sig_all");
-      return absl::OkStatus();
-    }
-    case kModifyQp: {
-      ModifyQp m;
-      std::memcpy(&m, p, sizeof(m));
-      transport::QpAttr a;
-      return FromWire(Masked(m.attr, m.mask), &a);
-    }
-    case kCreateAh: {
-      CreateAh c;
-      std::memcpy(&c, p, sizeof(c));
-      transport::AddressVector av;
-      return FromWire(c.av, &av);
-    }
-    case kAdmin: {
-      AdminReq a;
-      std::memcpy(&a, p, sizeof(a));
-      if (a.len > kAdminMaxReq) return Bad("admin request length");
-      return absl::OkStatus();
-    }
-    case kCmCommand: {
-      CmCommand c;
-      std::memcpy(&c, p, sizeof(c));
-      if (c.in_len > kCmMaxIn || c.opt_len > kCmMaxOpt) return Bad("CM command length");
-      return absl::OkStatus();
-    }
-    case kAllocMw: {
-      AllocMw a;
-      std::memcpy(&a, p, sizeof(a));
-      if (a.type != 1 && a.type != 2) return Bad("MW type");
-      return absl::OkStatus();
-    }
-    case kReregMr: {
-      ReregMr r;
-      std::memcpy(&r, p, sizeof(r));
-      if (r.flags == 0 || (r.flags & ~uint32_t{engine::Session::kReregPd | engine::Session::kReregAccess})) {
-        return Bad("rereg flags");
-      }
-      if (r.access & ~uint32_t{0x1F}) return Bad("access");
-      return absl::OkStatus();
-    }
+#define DROCE_CTL_OP_CHECK(name, scope, req, ...) \
+  case k##name:                                   \
+    return CheckPayload<req>(p, nfds);
+    DROCE_CTL_OPS(DROCE_CTL_OP_CHECK)
+#undef DROCE_CTL_OP_CHECK
     default:
-      return absl::OkStatus();
+      return Bad("unknown op");
   }
 }
 

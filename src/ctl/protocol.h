@@ -36,44 +36,59 @@ inline constexpr uint32_t kMaxDevices = 16;
 inline constexpr uint32_t kMaxPieces = 6;
 inline constexpr size_t kMaxMessage = 2048;
 
+// Every control operation, declared once, in wire order (an op's number is
+// its place here: add new ones at the end): its name (the Op is k<Name>),
+// whether it needs an attached device (Dev) or belongs to the connection
+// (Conn), its request payload and fd count, and its reply payload and fd
+// count. None: no payload; kVaryFds: the request says (kRegMr's pieces).
+// From this list come the Op enum, the shape table the daemon and the
+// client check every message against (ShapeOf), request validation
+// (ValidateRequest: the payload type's Check overload), the daemon's
+// dispatch (src/daemon/handler.cc: one handler per op, a missing one does not
+// compile) and the client's typed calls (providers/daemon_session.cc).
+#define DROCE_CTL_OPS(X)                                  \
+  X(Hello, Conn, Hello, 1, HelloRep, 1)                   \
+  X(Attach, Conn, None, 0, AttachRep, 2)                  \
+  X(AllocPd, Dev, None, 0, IdRep, 0)                      \
+  X(DeallocPd, Dev, Id, 0, None, 0)                       \
+  X(RegMr, Dev, RegMr, kVaryFds, IdRep, 0)                \
+  X(DeregMr, Dev, Id, 0, None, 0)                         \
+  X(AllocMw, Dev, AllocMw, 0, IdRep, 0)                   \
+  X(DeallocMw, Dev, Id, 0, None, 0)                       \
+  X(CreateCq, Dev, CreateCq, 0, CqRep, 1)                 \
+  X(DestroyCq, Dev, Id, 0, None, 0)                       \
+  X(ResizeCq, Dev, ResizeCq, 0, CqRep, 1)                 \
+  X(ModifyCq, Dev, ModifyCq, 0, None, 0)                  \
+  X(CreateQp, Dev, CreateQp, 0, QpRep, 1)                 \
+  X(ModifyQp, Dev, ModifyQp, 0, None, 0)                  \
+  X(QueryQp, Dev, Id, 0, WireQpAttr, 0)                   \
+  X(DestroyQp, Dev, Id, 0, None, 0)                       \
+  X(CreateSrq, Dev, CreateSrq, 0, SrqRep, 1)              \
+  X(ModifySrq, Dev, ModifySrq, 0, None, 0)                \
+  X(QuerySrq, Dev, Id, 0, IdRep, 0)                       \
+  X(DestroySrq, Dev, Id, 0, None, 0)                      \
+  X(CreateAh, Dev, CreateAh, 0, IdRep, 0)                 \
+  X(DestroyAh, Dev, Id, 0, None, 0)                       \
+  X(AttachMcast, Dev, Mcast, 0, None, 0)                  \
+  X(DetachMcast, Dev, Mcast, 0, None, 0)                  \
+  X(ReadCounters, Dev, None, 0, Counters, 0)              \
+  X(ReadQpCounters, Dev, Id, 0, QpCounters, 0)            \
+  X(CmOpen, Conn, CmChannel, 1, None, 0)                  \
+  X(CmClose, Conn, CmChannel, 0, None, 0)                 \
+  X(CmCommand, Conn, CmCommand, 0, CmResult, 0)           \
+  X(Admin, Conn, AdminReq, 0, AdminRep, 1)                \
+  X(ReregMr, Dev, ReregMr, 0, None, 0)
+
+// The connection manager's ops (droced hosts it) are librdmacm's rdma_ucm
+// commands from one of the client's event channels, named by the client's
+// fd of it (cm/ucma.h). kAdmin: administration (`droce ctl`, src/admin/): a
+// connection whose first message is kAdmin instead of kHello asks questions
+// only; it creates no objects and gets no events.
 enum Op : uint16_t {
-  kHello = 1,
-  kAttach,
-  kAllocPd,
-  kDeallocPd,
-  kRegMr,
-  kDeregMr,
-  kAllocMw,
-  kDeallocMw,
-  kCreateCq,
-  kDestroyCq,
-  kResizeCq,
-  kModifyCq,
-  kCreateQp,
-  kModifyQp,
-  kQueryQp,
-  kDestroyQp,
-  kCreateSrq,
-  kModifySrq,
-  kQuerySrq,
-  kDestroySrq,
-  kCreateAh,
-  kDestroyAh,
-  kAttachMcast,
-  kDetachMcast,
-  kReadCounters,
-  kReadQpCounters,
-  // The connection manager (droced hosts it): librdmacm's rdma_ucm
-  // commands from one of the client's event channels, named by the
-  // client's fd of it (cm/ucma.h).
-  kCmOpen,     // CmChannel + the channel's eventfd
-  kCmClose,    // CmChannel
-  kCmCommand,  // CmCommand -> CmResult
-  // Administration (`droce ctl`, src/admin/): a connection whose first
-  // message is kAdmin instead of kHello asks questions only; it creates no
-  // objects and gets no events.
-  kAdmin,  // AdminReq -> AdminRep + the answer's memfd
-  kReregMr,  // ReregMr: a new PD and/or access for an MR (not a new range)
+  kOpNone = 0,
+#define DROCE_CTL_OP_ENUM(name, ...) k##name,
+  DROCE_CTL_OPS(DROCE_CTL_OP_ENUM)
+#undef DROCE_CTL_OP_ENUM
   kOpEnd,
 };
 
@@ -303,13 +318,39 @@ struct EventRecord {
 };
 inline constexpr uint32_t kEventRingSlots = 4096;
 
+// What DROCE_CTL_OPS says of each op, as types: OpDef<kX>::Req and ::Rep
+// (None for no payload), the fds each carries, whether the op needs an
+// attached device, and its name.
+struct None {};
+inline constexpr int kVaryFds = -1;
+enum class Scope { kConn, kDev };
+template <typename T>
+inline constexpr uint32_t kPayloadLen = sizeof(T);
+template <>
+inline constexpr uint32_t kPayloadLen<None> = 0;
+template <uint16_t op>
+struct OpDef;
+#define DROCE_CTL_OP_DEF(name, scope, req, req_fds, rep, rep_fds) \
+  template <>                                                     \
+  struct OpDef<k##name> {                                         \
+    using Req = req;                                              \
+    using Rep = rep;                                              \
+    static constexpr int kReqFds = req_fds;                       \
+    static constexpr int kRepFds = rep_fds;                       \
+    static constexpr Scope kScope = Scope::k##scope;              \
+    static constexpr const char* kName = #name;                   \
+  };
+DROCE_CTL_OPS(DROCE_CTL_OP_DEF)
+#undef DROCE_CTL_OP_DEF
+
 // The payload size each op's request must have (0 for none), the fds it
 // carries, and the same for its reply.
 struct OpShape {
   uint32_t req_len;
-  int req_fds;   // -1: varies (kRegMr: its pieces name them)
+  int req_fds;   // kVaryFds: varies (kRegMr: its pieces name them)
   uint32_t rep_len;
   int rep_fds;
+  const char* name;
 };
 const OpShape* ShapeOf(uint16_t op);
 
