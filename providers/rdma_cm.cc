@@ -255,7 +255,13 @@ Backend* backend(int* err) {
     start_err = local->Start();
     if (start_err == 0) {
       b = local;
-      std::atexit([] { local->ProcessExit(); });
+      // Only the process that started it: a child forked without exec
+      // that calls exit() must not say goodbye for its parent's
+      // connections (nor wait for a worker it does not have).
+      static const pid_t owner = getpid();
+      std::atexit([] {
+        if (getpid() == owner) local->ProcessExit();
+      });
     }
   });
   *err = start_err;

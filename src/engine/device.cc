@@ -119,7 +119,13 @@ namespace {
 // its last events written: the device, and so the trace, is never
 // destroyed, and its writer drains the rings only every few milliseconds
 // (on a busy machine, far less often).
+pid_t trace_owner = 0;  // the process whose exit flushes the traces
+
 void FlushTracesAtExit() {
+  // A child forked without exec that calls exit() has neither the writer
+  // thread to join nor traces of its own: the parent's files are the
+  // parent's.
+  if (getpid() != trace_owner) return;
   for (int i = 0; i < config::kMaxDevices; ++i) {
     if (Device* d = Device::Started(i)) {
       if (std::optional<lab::TraceStatus> st = d->CloseTraceAtExit(); st && st->dropped != 0) {
@@ -132,7 +138,10 @@ void FlushTracesAtExit() {
 
 void FlushTracesAtExitOnce() {
   static std::once_flag once;
-  std::call_once(once, [] { std::atexit(FlushTracesAtExit); });
+  std::call_once(once, [] {
+    trace_owner = getpid();
+    std::atexit(FlushTracesAtExit);
+  });
 }
 
 // What turns the engine's CLOCK_MONOTONIC into ns since the epoch.

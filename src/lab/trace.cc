@@ -209,10 +209,11 @@ absl::StatusOr<std::unique_ptr<Trace>> Trace::Start(const TraceOptions& o, const
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot write ", o.path, ": ", std::strerror(errno)));
   }
-  // Text lines go through a large buffer; binary records are written from
-  // the rings as they are.
-  if (o.format == TraceFormat::kBinary) std::setvbuf(t->f_, nullptr, _IONBF, 0);
-  else std::setvbuf(t->f_, nullptr, _IOFBF, 256 * 1024);
+  // Unbuffered: binary records are written from the rings as they are, the
+  // text of a drain is gathered and written at once (DrainOnce). Nothing
+  // waits in a stdio buffer, which a child forked without exec would write
+  // a second time when it calls exit().
+  std::setvbuf(t->f_, nullptr, _IONBF, 0);
   t->o_ = o;
   t->dev_ = dev;
   t->epoch_offset_ns_ = epoch_offset_ns;
@@ -233,10 +234,9 @@ absl::StatusOr<std::unique_ptr<Trace>> Trace::Start(const TraceOptions& o, const
     t->st_.bytes += sizeof(h);
   }
   if (o.format == TraceFormat::kCsv) {
-    const std::string_view h = TraceCsvHeader();
+    const std::string h = std::string(TraceCsvHeader()) + '\n';
     std::fwrite(h.data(), 1, h.size(), t->f_);
-    std::fputc('\n', t->f_);
-    t->st_.bytes += h.size() + 1;
+    t->st_.bytes += h.size();
   }
   t->writer_ = std::thread([p = t.get()] { p->Run(); });
   return t;
@@ -337,18 +337,18 @@ void Trace::DrainOnce() {
       convert(e, n);
       scratch_.insert(scratch_.end(), e, e + n);
     });
-    if (failed_) continue;
+    if (failed_ || scratch_.empty()) continue;
+    line_.clear();
     for (const TraceEvent& e : scratch_) {
-      line_.clear();
       AppendTraceEvent(&line_, e, o_.format, dev_, 0);
       line_ += '\n';
-      if (std::fwrite(line_.data(), 1, line_.size(), f_) != line_.size()) {
-        failed_ = true;
-        break;
-      }
-      bytes += line_.size();
-      ++events;
     }
+    if (std::fwrite(line_.data(), 1, line_.size(), f_) != line_.size()) {
+      failed_ = true;
+      continue;
+    }
+    bytes += line_.size();
+    events += scratch_.size();
   }
   std::lock_guard<std::mutex> l(st_mu_);
   st_.events_written += events;

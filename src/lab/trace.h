@@ -114,7 +114,7 @@ class Trace {
   std::mutex st_mu_;  // st_: held only to update or copy it
   TraceStatus st_;
   std::vector<transport::TraceEvent> scratch_;
-  std::string line_;
+  std::string line_;  // a drain's text, written at once
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
