@@ -173,6 +173,11 @@ class Handler {
   template <uint16_t op>
   bool OnDev(const ctl::Header& h, const typename ctl::OpDef<op>::Req& req, Msg& m, Server::Client::Dev& d) = delete;
   bool Mcast(const ctl::Header& h, const ctl::Mcast& a, Server::Client::Dev& d, bool attach);
+  // A destroy of one of the client's objects (key in `owned`, else EINVAL
+  // and counted as foreign): destroy() is the engine's call; on success the
+  // key leaves the set and the live count.
+  template <typename Destroy>
+  bool DestroyOwned(const ctl::Header& h, absl::flat_hash_set<uint32_t>& owned, uint32_t key, Destroy destroy);
   void DropMr(Server::Client::Dev& d, uint32_t key);
   void Live(int delta) { st_.objects_live.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed); }
 

@@ -235,15 +235,21 @@ bool Handler::OnDev<ctl::kAllocPd>(const ctl::Header& h, const ctl::None&, Msg&,
   return Reply(h, 0, &rep, sizeof(rep));
 }
 
-template <>
-bool Handler::OnDev<ctl::kDeallocPd>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.pds.contains(a.id)) return Reply(h, Foreign());
-  const int rc = ctl::ErrnoOf(d.dev->DeallocPd(a.id));
+template <typename Destroy>
+bool Handler::DestroyOwned(const ctl::Header& h, absl::flat_hash_set<uint32_t>& owned, uint32_t key,
+                           Destroy destroy) {
+  if (!owned.contains(key)) return Reply(h, Foreign());
+  const int rc = ctl::ErrnoOf(destroy());
   if (rc == 0) {
-    d.pds.erase(a.id);
+    owned.erase(key);
     Live(-1);
   }
   return Reply(h, rc);
+}
+
+template <>
+bool Handler::OnDev<ctl::kDeallocPd>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
+  return DestroyOwned(h, d.pds, a.id, [&] { return d.dev->DeallocPd(a.id); });
 }
 
 template <>
@@ -275,14 +281,7 @@ bool Handler::OnDev<ctl::kAllocMw>(const ctl::Header& h, const ctl::AllocMw& a, 
 
 template <>
 bool Handler::OnDev<ctl::kDeallocMw>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  const uint32_t rkey = a.id;
-  if (!d.mws.contains(rkey >> 8)) return Reply(h, Foreign());
-  const int rc = ctl::ErrnoOf(d.dev->DeallocMw(rkey));
-  if (rc == 0) {
-    d.mws.erase(rkey >> 8);
-    Live(-1);
-  }
-  return Reply(h, rc);
+  return DestroyOwned(h, d.mws, a.id >> 8, [&] { return d.dev->DeallocMw(a.id); });
 }
 
 template <>
@@ -402,14 +401,11 @@ bool Handler::OnDev<ctl::kQueryQp>(const ctl::Header& h, const ctl::Id& a, Msg&,
 
 template <>
 bool Handler::OnDev<ctl::kDestroyQp>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.qps.contains(a.id)) return Reply(h, Foreign());
-  const int rc = ctl::ErrnoOf(d.dev->DestroyQp(a.id));
-  if (rc == 0) {
-    d.qps.erase(a.id);
-    --c_.nqps;
-    Live(-1);
-  }
-  return Reply(h, rc);
+  return DestroyOwned(h, d.qps, a.id, [&] {
+    absl::Status s = d.dev->DestroyQp(a.id);
+    if (s.ok()) --c_.nqps;
+    return s;
+  });
 }
 
 template <>
@@ -443,13 +439,7 @@ bool Handler::OnDev<ctl::kQuerySrq>(const ctl::Header& h, const ctl::Id& a, Msg&
 
 template <>
 bool Handler::OnDev<ctl::kDestroySrq>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.srqs.contains(a.id)) return Reply(h, Foreign());
-  const int rc = ctl::ErrnoOf(d.dev->DestroySrq(a.id));
-  if (rc == 0) {
-    d.srqs.erase(a.id);
-    Live(-1);
-  }
-  return Reply(h, rc);
+  return DestroyOwned(h, d.srqs, a.id, [&] { return d.dev->DestroySrq(a.id); });
 }
 
 template <>
@@ -467,13 +457,7 @@ bool Handler::OnDev<ctl::kCreateAh>(const ctl::Header& h, const ctl::CreateAh& a
 
 template <>
 bool Handler::OnDev<ctl::kDestroyAh>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.ahs.contains(a.id)) return Reply(h, Foreign());
-  const int rc = ctl::ErrnoOf(d.dev->DestroyAh(a.id));
-  if (rc == 0) {
-    d.ahs.erase(a.id);
-    Live(-1);
-  }
-  return Reply(h, rc);
+  return DestroyOwned(h, d.ahs, a.id, [&] { return d.dev->DestroyAh(a.id); });
 }
 
 bool Handler::Mcast(const ctl::Header& h, const ctl::Mcast& a, Server::Client::Dev& d, bool attach) {

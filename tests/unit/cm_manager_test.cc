@@ -269,6 +269,22 @@ TEST_F(CmManager, DisconnectThenTimewaitExit) {
   EXPECT_EQ(b.mgr.DestroyId(ib), 0);
 }
 
+// The process of A exits (its embedded CM dies with it): B hears a DREQ for
+// the connection, as when the kernel closes a dead process's rdma_cm file;
+// A's ids stay (its other threads may hold them) and nothing more leaves A.
+TEST_F(CmManager, ProcessExitTellsThePeer) {
+  auto [ia, ib] = Establish();
+  a.mgr.ProcessExit();
+  wire.Run();
+  const Event* disc = b.Last(kDisconnected);
+  ASSERT_NE(disc, nullptr);
+  EXPECT_EQ(disc->id, ib);
+  EXPECT_TRUE(a.mgr.Exists(ia));
+  const uint64_t out = a.mgr.stats().mads_out;
+  wire.Advance(30 * kSec);
+  EXPECT_EQ(a.mgr.stats().mads_out, out);
+}
+
 TEST_F(CmManager, NoListenerIsRejectedWithReason8) {
   const uint32_t ia = Resolved(9999);
   ASSERT_EQ(a.mgr.Connect(ia, Param(0x20)), 0);
