@@ -45,10 +45,11 @@ class Server::Client {
     bool attached = false;
     engine::DoorbellSource src;
     queue::ShmRegion db_shm;
-    absl::flat_hash_set<uint32_t> pds, mws, qps, srqs, ahs;  // mws by index (rkey >> 8)
-    absl::flat_hash_map<uint32_t, uint32_t> cqs;              // id → entries
-    absl::flat_hash_map<uint32_t, MrMap> mrs;
-    std::vector<std::pair<uint32_t, wire::Ipv6Addr>> mcast;
+    // The engine knows what the client owns (Device::OwnerOf); droced
+    // keeps what it spends on it: each CQ's entries (counted against the
+    // client's limit) and each MR's pages as mapped here.
+    absl::flat_hash_map<uint32_t, uint32_t> cqes;  // CQ id → entries
+    absl::flat_hash_map<uint32_t, MrMap> mrs;       // by key
 
     void QpEvent(uint64_t cookie, int type) override { c->PushEvent(ctl::kEvQp, index, cookie, type); }
     void SrqEvent(uint64_t cookie, int type) override { c->PushEvent(ctl::kEvSrq, index, cookie, type); }
@@ -173,11 +174,14 @@ class Handler {
   template <uint16_t op>
   bool OnDev(const ctl::Header& h, const typename ctl::OpDef<op>::Req& req, Msg& m, Server::Client::Dev& d) = delete;
   bool Mcast(const ctl::Header& h, const ctl::Mcast& a, Server::Client::Dev& d, bool attach);
-  // A destroy of one of the client's objects (key in `owned`, else EINVAL
-  // and counted as foreign): destroy() is the engine's call; on success the
-  // key leaves the set and the live count.
+  // Whether the engine says the object is this client's.
+  bool Owns(const Server::Client::Dev& d, engine::ObjKind kind, uint32_t id);
+  // A destroy of one of the client's objects (else EINVAL, counted as
+  // foreign): destroy() is the engine's call; on success it leaves the live
+  // count.
   template <typename Destroy>
-  bool DestroyOwned(const ctl::Header& h, absl::flat_hash_set<uint32_t>& owned, uint32_t key, Destroy destroy);
+  bool DestroyOwned(const ctl::Header& h, const Server::Client::Dev& d, engine::ObjKind kind, uint32_t id,
+                    Destroy destroy);
   void DropMr(Server::Client::Dev& d, uint32_t key);
   void Live(int delta) { st_.objects_live.fetch_add(static_cast<uint64_t>(delta), std::memory_order_relaxed); }
 

@@ -125,7 +125,7 @@ bool Handler::OnConn<ctl::kAttach>(const ctl::Header& h, const ctl::None&, Msg&)
 
 template <>
 bool Handler::OnDev<ctl::kRegMr>(const ctl::Header& h, const ctl::RegMr& r, Msg& m, Server::Client::Dev& d) {
-  if (!d.pds.contains(r.pd)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kPd, r.pd)) return Reply(h, Foreign());
   if (Over(lim_.max_mrs, c_.nmrs, 1)) return Reply(h, ENOMEM);
   if (r.tier == ctl::kTierImplicit) {
     // Implicit ODP: the client's whole address space through the copy
@@ -229,32 +229,32 @@ template <>
 bool Handler::OnDev<ctl::kAllocPd>(const ctl::Header& h, const ctl::None&, Msg&, Server::Client::Dev& d) {
   auto pd = d.dev->AllocPd();
   if (!pd.ok()) return Reply(h, ctl::ErrnoOf(pd.status()));
-  d.pds.insert(*pd);
   Live(1);
   const ctl::IdRep rep{*pd, 0};
   return Reply(h, 0, &rep, sizeof(rep));
 }
 
+bool Handler::Owns(const Server::Client::Dev& d, engine::ObjKind kind, uint32_t id) {
+  return d.dev->OwnerOf(kind, id) == c_.tag;
+}
+
 template <typename Destroy>
-bool Handler::DestroyOwned(const ctl::Header& h, absl::flat_hash_set<uint32_t>& owned, uint32_t key,
+bool Handler::DestroyOwned(const ctl::Header& h, const Server::Client::Dev& d, engine::ObjKind kind, uint32_t id,
                            Destroy destroy) {
-  if (!owned.contains(key)) return Reply(h, Foreign());
+  if (!Owns(d, kind, id)) return Reply(h, Foreign());
   const int rc = ctl::ErrnoOf(destroy());
-  if (rc == 0) {
-    owned.erase(key);
-    Live(-1);
-  }
+  if (rc == 0) Live(-1);
   return Reply(h, rc);
 }
 
 template <>
 bool Handler::OnDev<ctl::kDeallocPd>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  return DestroyOwned(h, d.pds, a.id, [&] { return d.dev->DeallocPd(a.id); });
+  return DestroyOwned(h, d, engine::ObjKind::kPd, a.id, [&] { return d.dev->DeallocPd(a.id); });
 }
 
 template <>
 bool Handler::OnDev<ctl::kDeregMr>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.mrs.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kMr, a.id)) return Reply(h, Foreign());
   const int rc = ctl::ErrnoOf(d.dev->DeregMr(a.id));
   if (rc == 0) DropMr(d, a.id);
   return Reply(h, rc);
@@ -262,7 +262,8 @@ bool Handler::OnDev<ctl::kDeregMr>(const ctl::Header& h, const ctl::Id& a, Msg&,
 
 template <>
 bool Handler::OnDev<ctl::kReregMr>(const ctl::Header& h, const ctl::ReregMr& r, Msg&, Server::Client::Dev& d) {
-  if (!d.mrs.contains(r.key) || ((r.flags & engine::Session::kReregPd) && !d.pds.contains(r.pd))) {
+  if (!Owns(d, engine::ObjKind::kMr, r.key) ||
+      ((r.flags & engine::Session::kReregPd) && !Owns(d, engine::ObjKind::kPd, r.pd))) {
     return Reply(h, Foreign());
   }
   return Reply(h, ctl::ErrnoOf(d.dev->ReregMr(r.key, r.flags, r.pd, 0, 0, 0, r.access)));
@@ -270,10 +271,9 @@ bool Handler::OnDev<ctl::kReregMr>(const ctl::Header& h, const ctl::ReregMr& r, 
 
 template <>
 bool Handler::OnDev<ctl::kAllocMw>(const ctl::Header& h, const ctl::AllocMw& a, Msg&, Server::Client::Dev& d) {
-  if (!d.pds.contains(a.pd)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kPd, a.pd)) return Reply(h, Foreign());
   auto rkey = d.dev->AllocMw(a.pd, static_cast<uint8_t>(a.type));
   if (!rkey.ok()) return Reply(h, ctl::ErrnoOf(rkey.status()));
-  d.mws.insert(*rkey >> 8);
   Live(1);
   const ctl::IdRep rep{*rkey, 0};
   return Reply(h, 0, &rep, sizeof(rep));
@@ -281,7 +281,7 @@ bool Handler::OnDev<ctl::kAllocMw>(const ctl::Header& h, const ctl::AllocMw& a, 
 
 template <>
 bool Handler::OnDev<ctl::kDeallocMw>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  return DestroyOwned(h, d.mws, a.id >> 8, [&] { return d.dev->DeallocMw(a.id); });
+  return DestroyOwned(h, d, engine::ObjKind::kMw, a.id, [&] { return d.dev->DeallocMw(a.id); });
 }
 
 template <>
@@ -290,7 +290,7 @@ bool Handler::OnDev<ctl::kCreateCq>(const ctl::Header& h, const ctl::CreateCq& a
   auto cq = d.dev->CreateCq(a.min_cqe, &d, a.cookie);
   if (!cq.ok()) return Reply(h, ctl::ErrnoOf(cq.status()));
   const uint32_t entries = cq->region->capacity();
-  d.cqs[cq->id] = entries;
+  d.cqes[cq->id] = entries;
   ++c_.ncqs;
   c_.ncqes += entries;
   Live(1);
@@ -301,13 +301,13 @@ bool Handler::OnDev<ctl::kCreateCq>(const ctl::Header& h, const ctl::CreateCq& a
 
 template <>
 bool Handler::OnDev<ctl::kDestroyCq>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  auto it = d.cqs.find(a.id);
-  if (it == d.cqs.end()) return Reply(h, Foreign());
+  auto it = d.cqes.find(a.id);
+  if (it == d.cqes.end() || !Owns(d, engine::ObjKind::kCq, a.id)) return Reply(h, Foreign());
   const int rc = ctl::ErrnoOf(d.dev->DestroyCq(a.id));
   if (rc == 0) {
     c_.ncqes -= it->second;
     --c_.ncqs;
-    d.cqs.erase(it);
+    d.cqes.erase(it);
     Live(-1);
   }
   return Reply(h, rc);
@@ -315,8 +315,8 @@ bool Handler::OnDev<ctl::kDestroyCq>(const ctl::Header& h, const ctl::Id& a, Msg
 
 template <>
 bool Handler::OnDev<ctl::kResizeCq>(const ctl::Header& h, const ctl::ResizeCq& a, Msg&, Server::Client::Dev& d) {
-  auto it = d.cqs.find(a.id);
-  if (it == d.cqs.end()) return Reply(h, Foreign());
+  auto it = d.cqes.find(a.id);
+  if (it == d.cqes.end() || !Owns(d, engine::ObjKind::kCq, a.id)) return Reply(h, Foreign());
   if (Over(lim_.max_cqes, c_.ncqes - it->second, a.min_cqe)) return Reply(h, ENOMEM);
   auto region = d.dev->ResizeCq(a.id, a.min_cqe);
   if (!region.ok()) return Reply(h, ctl::ErrnoOf(region.status()));
@@ -329,7 +329,7 @@ bool Handler::OnDev<ctl::kResizeCq>(const ctl::Header& h, const ctl::ResizeCq& a
 
 template <>
 bool Handler::OnDev<ctl::kModifyCq>(const ctl::Header& h, const ctl::ModifyCq& a, Msg&, Server::Client::Dev& d) {
-  if (!d.cqs.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kCq, a.id)) return Reply(h, Foreign());
   return Reply(h, ctl::ErrnoOf(d.dev->ModifyCq(a.id, a.count, a.period_us)));
 }
 
@@ -340,9 +340,9 @@ bool Handler::OnDev<ctl::kCreateQp>(const ctl::Header& h, const ctl::CreateQp& a
   const auto type = static_cast<transport::QpType>(a.type);
   const bool tgt = type == transport::QpType::kXrcTgt;
   const bool rcq_optional = tgt || type == transport::QpType::kXrcIni;
-  if (!d.pds.contains(tgt ? a.xrcd : a.pd) || (!tgt && !d.cqs.contains(a.send_cq)) ||
-      ((!rcq_optional || a.recv_cq != 0) && !d.cqs.contains(a.recv_cq)) ||
-      (a.srq != 0 && !d.srqs.contains(a.srq))) {
+  if (!Owns(d, engine::ObjKind::kPd, tgt ? a.xrcd : a.pd) || (!tgt && !Owns(d, engine::ObjKind::kCq, a.send_cq)) ||
+      ((!rcq_optional || a.recv_cq != 0) && !Owns(d, engine::ObjKind::kCq, a.recv_cq)) ||
+      (a.srq != 0 && !Owns(d, engine::ObjKind::kSrq, a.srq))) {
     return Reply(h, Foreign());
   }
   if (Over(lim_.max_qps, c_.nqps, 1)) return Reply(h, ENOMEM);
@@ -361,10 +361,8 @@ bool Handler::OnDev<ctl::kCreateQp>(const ctl::Header& h, const ctl::CreateQp& a
   args.max_recv_sge = a.max_recv_sge;
   args.max_inline = a.max_inline;
   args.sq_sig_all = a.sq_sig_all != 0;
-  args.owner = c_.tag;
   auto qp = d.dev->CreateQp(args);
   if (!qp.ok()) return Reply(h, ctl::ErrnoOf(qp.status()));
-  d.qps.insert(qp->qpn);
   ++c_.nqps;
   Live(1);
   ctl::QpRep rep{};
@@ -384,7 +382,7 @@ bool Handler::OnDev<ctl::kCreateQp>(const ctl::Header& h, const ctl::CreateQp& a
 
 template <>
 bool Handler::OnDev<ctl::kModifyQp>(const ctl::Header& h, const ctl::ModifyQp& a, Msg&, Server::Client::Dev& d) {
-  if (!d.qps.contains(a.qpn)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kQp, a.qpn)) return Reply(h, Foreign());
   transport::QpAttr attr;
   (void)ctl::FromWire(ctl::Masked(a.attr, a.mask), &attr);  // checked by ValidateRequest
   return Reply(h, d.dev->ModifyQp(a.qpn, attr, a.mask));
@@ -392,7 +390,7 @@ bool Handler::OnDev<ctl::kModifyQp>(const ctl::Header& h, const ctl::ModifyQp& a
 
 template <>
 bool Handler::OnDev<ctl::kQueryQp>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.qps.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kQp, a.id)) return Reply(h, Foreign());
   auto attr = d.dev->QueryQp(a.id);
   if (!attr.ok()) return Reply(h, ctl::ErrnoOf(attr.status()));
   const ctl::WireQpAttr w = ctl::ToWire(*attr);
@@ -401,7 +399,7 @@ bool Handler::OnDev<ctl::kQueryQp>(const ctl::Header& h, const ctl::Id& a, Msg&,
 
 template <>
 bool Handler::OnDev<ctl::kDestroyQp>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  return DestroyOwned(h, d.qps, a.id, [&] {
+  return DestroyOwned(h, d, engine::ObjKind::kQp, a.id, [&] {
     absl::Status s = d.dev->DestroyQp(a.id);
     if (s.ok()) --c_.nqps;
     return s;
@@ -410,12 +408,12 @@ bool Handler::OnDev<ctl::kDestroyQp>(const ctl::Header& h, const ctl::Id& a, Msg
 
 template <>
 bool Handler::OnDev<ctl::kCreateSrq>(const ctl::Header& h, const ctl::CreateSrq& a, Msg&, Server::Client::Dev& d) {
-  if (!d.pds.contains(a.pd) || (a.xrcd != 0 && (!d.pds.contains(a.xrcd) || !d.cqs.contains(a.cq)))) {
+  if (!Owns(d, engine::ObjKind::kPd, a.pd) ||
+      (a.xrcd != 0 && (!Owns(d, engine::ObjKind::kPd, a.xrcd) || !Owns(d, engine::ObjKind::kCq, a.cq)))) {
     return Reply(h, Foreign());
   }
   auto srq = d.dev->CreateSrq(a.pd, a.max_wr, a.max_sge, a.limit, &d, a.cookie, a.xrcd, a.cq);
   if (!srq.ok()) return Reply(h, ctl::ErrnoOf(srq.status()));
-  d.srqs.insert(srq->id);
   Live(1);
   const ctl::SrqRep rep{srq->id, srq->max_wr, srq->max_sge, 0, srq->map.size};
   const int fd = srq->map.fd;
@@ -424,13 +422,13 @@ bool Handler::OnDev<ctl::kCreateSrq>(const ctl::Header& h, const ctl::CreateSrq&
 
 template <>
 bool Handler::OnDev<ctl::kModifySrq>(const ctl::Header& h, const ctl::ModifySrq& a, Msg&, Server::Client::Dev& d) {
-  if (!d.srqs.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kSrq, a.id)) return Reply(h, Foreign());
   return Reply(h, d.dev->ModifySrq(a.id, a.limit));
 }
 
 template <>
 bool Handler::OnDev<ctl::kQuerySrq>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.srqs.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kSrq, a.id)) return Reply(h, Foreign());
   auto limit = d.dev->QuerySrqLimit(a.id);
   if (!limit.ok()) return Reply(h, ctl::ErrnoOf(limit.status()));
   const ctl::IdRep rep{*limit, 0};
@@ -439,17 +437,16 @@ bool Handler::OnDev<ctl::kQuerySrq>(const ctl::Header& h, const ctl::Id& a, Msg&
 
 template <>
 bool Handler::OnDev<ctl::kDestroySrq>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  return DestroyOwned(h, d.srqs, a.id, [&] { return d.dev->DestroySrq(a.id); });
+  return DestroyOwned(h, d, engine::ObjKind::kSrq, a.id, [&] { return d.dev->DestroySrq(a.id); });
 }
 
 template <>
 bool Handler::OnDev<ctl::kCreateAh>(const ctl::Header& h, const ctl::CreateAh& a, Msg&, Server::Client::Dev& d) {
-  if (!d.pds.contains(a.pd)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kPd, a.pd)) return Reply(h, Foreign());
   transport::AddressVector av;
   (void)ctl::FromWire(a.av, &av);  // checked by ValidateRequest
   auto id = d.dev->CreateAh(a.pd, av);
   if (!id.ok()) return Reply(h, ctl::ErrnoOf(id.status()));
-  d.ahs.insert(*id);
   Live(1);
   const ctl::IdRep rep{*id, 0};
   return Reply(h, 0, &rep, sizeof(rep));
@@ -457,19 +454,14 @@ bool Handler::OnDev<ctl::kCreateAh>(const ctl::Header& h, const ctl::CreateAh& a
 
 template <>
 bool Handler::OnDev<ctl::kDestroyAh>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  return DestroyOwned(h, d.ahs, a.id, [&] { return d.dev->DestroyAh(a.id); });
+  return DestroyOwned(h, d, engine::ObjKind::kAh, a.id, [&] { return d.dev->DestroyAh(a.id); });
 }
 
 bool Handler::Mcast(const ctl::Header& h, const ctl::Mcast& a, Server::Client::Dev& d, bool attach) {
-  if (!d.qps.contains(a.qpn)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kQp, a.qpn)) return Reply(h, Foreign());
   wire::Ipv6Addr gid;
   std::memcpy(gid.data(), a.gid, 16);
-  const int rc = attach ? d.dev->AttachMcast(a.qpn, gid) : d.dev->DetachMcast(a.qpn, gid);
-  if (rc == 0) {
-    if (attach) d.mcast.emplace_back(a.qpn, gid);
-    else std::erase(d.mcast, std::make_pair(a.qpn, gid));
-  }
-  return Reply(h, rc);
+  return Reply(h, attach ? d.dev->AttachMcast(a.qpn, gid) : d.dev->DetachMcast(a.qpn, gid));
 }
 
 template <>
@@ -490,7 +482,7 @@ bool Handler::OnDev<ctl::kReadCounters>(const ctl::Header& h, const ctl::None&, 
 
 template <>
 bool Handler::OnDev<ctl::kReadQpCounters>(const ctl::Header& h, const ctl::Id& a, Msg&, Server::Client::Dev& d) {
-  if (!d.qps.contains(a.id)) return Reply(h, Foreign());
+  if (!Owns(d, engine::ObjKind::kQp, a.id)) return Reply(h, Foreign());
   auto cn = d.dev->ReadQpCounters(a.id);
   if (!cn.ok()) return Reply(h, ctl::ErrnoOf(cn.status()));
   return Reply(h, 0, &*cn, sizeof(*cn));
@@ -614,17 +606,20 @@ bool Handler::Dispatch(const ctl::Header& h, Msg& m) {
     return OnConn<op>(h, req, m);
   } else {
     if (h.dev >= c_.devs.size() || !c_.devs[h.dev]->attached) return Reply(h, ENODEV);
+    // What the op creates is the client's (objects.h).
+    engine::OwnerScope owner(c_.tag);
     return OnDev<op>(h, req, m, *c_.devs[h.dev]);
   }
 }
 
-// Everything the client owned, in uverbs order, with the engine stopped from
-// touching it before its memory goes: the doorbell queues leave the loops,
-// QPs (out of their groups first) are destroyed — a control call, so when it
-// returns no worker runs them — then SRQs, AHs, MWs, MRs (unmapped once the
-// engine can no longer reach them), CQs and PDs. Its QPNs are not handed out
-// again until the 24-bit QPN space wraps (the engine counts up from the last
-// one), so late packets from its peers find no QP and are dropped.
+// Everything the client owned, with the engine stopped from touching it
+// before its memory goes: the doorbell queues leave the loops, then the
+// engine destroys the client's objects in uverbs order (Device::DestroyAllOf:
+// QPs out of their groups first, then SRQs, AHs, MWs, MRs, CQs and PDs), all
+// with the workers stopped once, so when it returns no worker runs them; the
+// MRs' pages are unmapped after that. Its QPNs are not handed out again
+// until the 24-bit QPN space wraps (the engine counts up from the last one),
+// so late packets from its peers find no QP and are dropped.
 void Handler::Teardown() {
   // Its connection manager ids first (DREQ/REJ to their peers), as the
   // kernel's ucma_close does when the process goes.
@@ -634,38 +629,22 @@ void Handler::Teardown() {
     if (!d.attached) continue;
     engine::Device& dev = *d.dev;
     dev.RemoveDoorbellSource(&d.src);
-    for (const auto& [qpn, gid] : d.mcast) (void)dev.DetachMcast(qpn, gid);
-    d.mcast.clear();
-    auto gone = [&](const absl::Status& s, const char* what, uint32_t id) {
-      if (!s.ok()) {
-        Log(LogLevel::kWarning, "droced: client pid %d: %s %u: %s", static_cast<int>(c_.pid), what, id,
-            std::string(s.message()).c_str());
-      }
-      st_.objects_live.fetch_sub(1, std::memory_order_relaxed);
-    };
-    for (uint32_t qpn : d.qps) gone(dev.DestroyQp(qpn), "QP", qpn);
-    d.qps.clear();
-    for (uint32_t id : d.srqs) gone(dev.DestroySrq(id), "SRQ", id);
-    d.srqs.clear();
-    for (uint32_t id : d.ahs) gone(dev.DestroyAh(id), "AH", id);
-    d.ahs.clear();
-    // DeallocMw goes by the window's index, whatever its current variant.
-    for (uint32_t index : d.mws) gone(dev.DeallocMw(index << 8), "MW", index);
-    d.mws.clear();
+    absl::flat_hash_set<uint32_t> kept_mrs;  // the engine would not let them go: their pages stay
+    size_t failed = 0;
+    const size_t gone = dev.DestroyAllOf(c_.tag, [&](engine::ObjKind kind, uint32_t id, const absl::Status& s) {
+      Log(LogLevel::kWarning, "droced: client pid %d: %s %u: %s", static_cast<int>(c_.pid), engine::ObjKindName(kind),
+          id, std::string(s.message()).c_str());
+      if (kind == engine::ObjKind::kMr) kept_mrs.insert(id);
+      ++failed;
+    });
     std::vector<uint32_t> keys;
-    for (const auto& [key, map] : d.mrs) keys.push_back(key);
-    for (uint32_t key : keys) {
-      const absl::Status s = dev.DeregMr(key);
-      if (s.ok()) {
-        DropMr(d, key);
-      } else {
-        gone(s, "MR", key);
-      }
+    for (const auto& [key, map] : d.mrs) {
+      if (!kept_mrs.contains(key)) keys.push_back(key);
     }
-    for (const auto& [id, entries] : d.cqs) gone(dev.DestroyCq(id), "CQ", id);
-    d.cqs.clear();
-    for (uint32_t pd : d.pds) gone(dev.DeallocPd(pd), "PD", pd);
-    d.pds.clear();
+    // DropMr counts its MR out of the live objects.
+    for (uint32_t key : keys) DropMr(d, key);
+    st_.objects_live.fetch_sub(gone + failed - keys.size(), std::memory_order_relaxed);
+    d.cqes.clear();
     dev.RemoveDeviceSink(&d);
     d.attached = false;
   }

@@ -64,7 +64,9 @@ class Server::AdminHost final : public admin::Host {
       i.qps = c->nqps;
       i.cqs = c->ncqs;
       i.mrs = c->nmrs;
-      for (auto& d : c->devs) i.pds += static_cast<uint32_t>(d->pds.size());
+      for (auto& d : c->devs) {
+        if (d->attached) i.pds += static_cast<uint32_t>(d->dev->Owned(c->tag).of(engine::ObjKind::kPd).size());
+      }
       i.mr_bytes = c->mr_bytes;
       out.push_back(std::move(i));
     }
@@ -78,9 +80,11 @@ class Server::AdminHost final : public admin::Host {
       std::lock_guard<std::mutex> l(c->objs_mu);
       if (dev >= c->devs.size()) continue;
       const Client::Dev& d = *c->devs[dev];
-      for (const auto& [id, entries] : d.cqs) o.cq[id] = c->pid;
-      for (const auto& [key, map] : d.mrs) o.mr[key] = c->pid;
-      for (uint32_t pd : d.pds) o.pd[pd] = c->pid;
+      if (!d.attached) continue;
+      const engine::OwnedObjects owned = d.dev->Owned(c->tag);
+      for (uint32_t id : owned.of(engine::ObjKind::kCq)) o.cq[id] = c->pid;
+      for (uint32_t key : owned.of(engine::ObjKind::kMr)) o.mr[key] = c->pid;
+      for (uint32_t pd : owned.of(engine::ObjKind::kPd)) o.pd[pd] = c->pid;
     }
     return o;
   }

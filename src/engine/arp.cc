@@ -74,8 +74,8 @@ void Device::ActivateAllQps(Worker& w) {
 }
 
 void Device::ActivateOwnQps(Worker& w) {
-  for (auto& [qpn, e] : qps_) {
-    if (e->owner == &w) Activate(e.get());
+  for (auto& [qpn, e] : objects_.qps) {
+    if (e->worker == &w) Activate(e.get());
   }
 }
 

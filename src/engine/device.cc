@@ -223,7 +223,7 @@ absl::Status Device::Setup(const Config& cfg) {
   auto wake = queue::ShmRegion::Create("droce-wake", sizeof(WakeWords) * cfg.workers);
   if (!wake.ok()) return wake.status();
   wake_shm_ = std::move(*wake);
-  mrs_.set_concurrent(shared);
+  objects_.mrs.set_concurrent(shared);
   neighbor_lock_.set_enabled(shared);
   for (int i = 0; i < cfg.workers; ++i) {
     auto w = std::make_unique<Worker>();
@@ -263,7 +263,7 @@ absl::Status Device::Setup(const Config& cfg) {
   // process: a peer's CM refuses a REQ from a (CA GUID, QPN) it still holds
   // in timewait as stale (Linux: cm_insert_remote_qpn, REJ reason 10), and
   // every process here would otherwise hand out 0x11 first.
-  next_qpn_ = 0x11 + std::random_device{}() % (0xFFFF00 - 0x11);
+  objects_.StartQpnsAt(0x11 + std::random_device{}() % (0xFFFF00 - 0x11));
   // DROCE_TRACE: the event trace of every QP from the first.
   if (cfg.trace) {
     lab::TraceOptions o = *cfg.trace;
@@ -416,29 +416,25 @@ uint64_t Device::NowNs() {
 
 absl::StatusOr<uint32_t> Device::AllocPd() {
   if (dead()) return DeadError();
+  const uint64_t owner = CurrentOwner();
   uint32_t pd = 0;
-  RunOnWorker([&] {
-    pd = next_pd_++;
-    pds_[pd] = 0;
-  });
+  RunOnWorker([&] { pd = objects_.AllocPd(owner); });
   return pd;
 }
 
 absl::Status Device::DeallocPd(uint32_t pd) {
   absl::Status s;
-  RunOnWorker([&] {
-    auto it = pds_.find(pd);
-    if (it == pds_.end()) s = absl::NotFoundError("no such PD");
-    else if (it->second != 0) s = absl::FailedPreconditionError("PD in use");
-    else pds_.erase(it);
-  });
+  RunOnWorker([&] { s = objects_.DeallocPd(pd); });
   return s;
 }
 
 absl::StatusOr<mem::Mr> Device::RegMr(uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                       uint32_t access) {
   if (dead()) return DeadError();
-  return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access); });
+  const uint64_t owner = CurrentOwner();
+  absl::StatusOr<mem::Mr> r;
+  RunOnWorker([&] { r = objects_.RegMr(pd, addr, iova, len, access, 0, owner); });
+  return r;
 }
 
 absl::StatusOr<mem::Mr> Device::RegMrImplicit(uint32_t pd, uint32_t access) {
@@ -451,65 +447,23 @@ absl::StatusOr<mem::Mr> Device::RegMrOfProcess(int32_t pid, uint32_t pd, uint64_
                                                uint64_t iova, uint32_t access) {
   if (dead()) return DeadError();
   if (pid <= 0) return absl::InvalidArgumentError("no such process");
-  return CreateOnPd<mem::Mr>(pd, [&] { return mrs_.Register(pd, addr, iova, len, access, pid); });
+  const uint64_t owner = CurrentOwner();
+  absl::StatusOr<mem::Mr> r;
+  RunOnWorker([&] { r = objects_.RegMr(pd, addr, iova, len, access, pid, owner); });
+  return r;
 }
 
 absl::Status Device::ReregMr(uint32_t key, uint32_t flags, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                             uint32_t access) {
   if (dead()) return DeadError();
   absl::Status s;
-  RunOnWorker([&] {
-    const mem::Mr* old = mrs_.Find(key);
-    if (old == nullptr) {
-      s = absl::InvalidArgumentError("no such MR");
-      return;
-    }
-    // A window bound to it keeps its rights and range (the kernel's rule:
-    // such an MR cannot be re-registered).
-    if (mrs_.HasBoundWindows(key)) {
-      s = absl::FailedPreconditionError("memory windows are bound to this MR");
-      return;
-    }
-    mem::Mr m = *old;
-    if (flags & kReregPd) {
-      if (PdUses(pd) == nullptr) {
-        s = absl::InvalidArgumentError("no such PD");
-        return;
-      }
-      m.pd = pd;
-    }
-    if (flags & kReregAccess) m.access = access;
-    if (flags & kReregTranslation) {
-      m.host = addr;
-      m.iova = iova;
-      m.length = len;
-      m.pid = 0;
-    }
-    const uint32_t old_pd = old->pd;
-    s = mrs_.Update(key, m);
-    if (s.ok() && m.pd != old_pd) {
-      ++*PdUses(m.pd);
-      ReleasePd(old_pd);
-    }
-  });
+  RunOnWorker([&] { s = objects_.ReregMr(key, flags, pd, addr, len, iova, access); });
   return s;
 }
 
 absl::Status Device::DeregMr(uint32_t key) {
   absl::Status s;
-  RunOnWorker([&] {
-    const mem::Mr* mr = mrs_.Find(key);
-    const uint32_t pd = mr != nullptr ? mr->pd : 0;
-    if (mr != nullptr && mrs_.HasBoundWindows(key)) {
-      s = absl::FailedPreconditionError("memory windows are bound to this MR");
-      return;
-    }
-    if (!mrs_.Deregister(key)) {
-      s = absl::NotFoundError("no such MR");
-      return;
-    }
-    ReleasePd(pd);
-  });
+  RunOnWorker([&] { s = objects_.DeregMr(key); });
   return s;
 }
 
@@ -520,29 +474,19 @@ absl::StatusOr<CqHandle> Device::CreateCq(uint32_t min_cqe, cq::CqNotifier* noti
   auto region = cq::CqRegion::Create(min_cqe);
   if (!region.ok()) return region.status();
   CqHandle h;
-  RunOnWorker([&] {
-    h.id = next_cq_++;
-    h.region = region->get();
-    CqEntry e;
-    e.producer = std::make_unique<cq::CqProducer>(region->get(), notifier, cookie, workers_.size() > 1);
-    e.region = std::move(*region);
-    cqs_.emplace(h.id, std::move(e));
-  });
+  h.region = region->get();
+  CqEntry e;
+  e.producer = std::make_unique<cq::CqProducer>(region->get(), notifier, cookie, workers_.size() > 1);
+  e.region = std::move(*region);
+  e.owner = CurrentOwner();
+  RunOnWorker([&] { h.id = objects_.AddCq(std::move(e)); });
   if (dead()) return DeadError();
   return h;
 }
 
 absl::Status Device::DestroyCq(uint32_t id) {
   absl::Status s;
-  RunOnWorker([&] {
-    auto it = cqs_.find(id);
-    if (it == cqs_.end()) s = absl::NotFoundError("no such CQ");
-    else if (it->second.users != 0) s = absl::FailedPreconditionError("CQ in use by a QP");
-    else {
-      std::erase(ticked_cqs_, it->second.producer.get());
-      cqs_.erase(it);
-    }
-  });
+  RunOnWorker([&] { s = objects_.DestroyCq(id); });
   return s;
 }
 
@@ -572,17 +516,17 @@ absl::StatusOr<cq::CqRegion*> Device::ResizeCq(uint32_t id, uint32_t min_cqe) {
   DriveEachOnce();
   absl::StatusOr<cq::CqRegion*> r = absl::NotFoundError("no such CQ");
   RunOnWorker([&] {
-    auto it = cqs_.find(id);
-    if (it == cqs_.end()) return;
-    if (!it->second.producer->MoveTo(region->get())) {
+    CqEntry* c = objects_.FindCq(id);
+    if (c == nullptr) return;
+    if (!c->producer->MoveTo(region->get())) {
       r = absl::InvalidArgumentError("more completions pending than the new size holds");
       return;
     }
     // The old region stays mapped until the CQ is destroyed: the consumer
     // may still hold a view of it until it switches.
-    it->second.retired.push_back(std::move(it->second.region));
-    it->second.region = std::move(*region);
-    r = it->second.region.get();
+    c->retired.push_back(std::move(c->region));
+    c->region = std::move(*region);
+    r = c->region.get();
   });
   return r;
 }
@@ -590,12 +534,10 @@ absl::StatusOr<cq::CqRegion*> Device::ResizeCq(uint32_t id, uint32_t min_cqe) {
 absl::Status Device::ModifyCq(uint32_t id, uint16_t count, uint16_t period_us) {
   absl::Status s = absl::NotFoundError("no such CQ");
   RunOnWorker([&] {
-    auto it = cqs_.find(id);
-    if (it == cqs_.end()) return;
-    cq::CqProducer* p = it->second.producer.get();
-    p->SetModeration(count, uint64_t{period_us} * 1000);
-    std::erase(ticked_cqs_, p);
-    if (p->needs_tick()) ticked_cqs_.push_back(p);
+    CqEntry* c = objects_.FindCq(id);
+    if (c == nullptr) return;
+    c->producer->SetModeration(count, uint64_t{period_us} * 1000);
+    objects_.SetTicked(c->producer.get());
     s = absl::OkStatus();
   });
   return s;
@@ -637,50 +579,27 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
   h.shared_offset = sq_len + rq_len;
   entry->shm = std::move(*shm);
   entry->shared = h.shared;
+  entry->events = a.events;
+  entry->cookie = a.cookie;
+  entry->owner = CurrentOwner();
   absl::Status s;
   RunOnWorker([&] {
-    // An XRC target QP holds its XRC domain where others hold their PD,
-    // and has no CQ; an XRC initiator has no receive CQ.
-    const bool tgt = a.type == transport::QpType::kXrcTgt;
-    const bool has_rcq = !tgt && a.type != transport::QpType::kXrcIni;
-    const uint32_t holds = tgt ? a.xrcd : a.pd;
-    uint32_t* pd_uses = holds != 0 ? PdUses(holds) : nullptr;
-    auto scq = tgt ? cqs_.end() : cqs_.find(a.send_cq);
-    auto rcq = has_rcq || a.recv_cq != 0 ? cqs_.find(a.recv_cq) : cqs_.end();
-    if (pd_uses == nullptr || (!tgt && scq == cqs_.end()) || ((has_rcq || a.recv_cq != 0) && rcq == cqs_.end())) {
-      s = absl::NotFoundError("no such PD, XRC domain or CQ");
+    QpRefs refs;
+    s = objects_.ResolveQpRefs(a, &refs);
+    if (!s.ok()) return;
+    absl::StatusOr<uint32_t> qpn = objects_.NextQpn();
+    if (!qpn.ok()) {
+      s = qpn.status();
       return;
     }
-    if ((tgt || a.type == transport::QpType::kXrcIni) && a.srq != 0) {
-      s = absl::InvalidArgumentError("an XRC QP takes no SRQ");
-      return;
-    }
-    SrqEntry* srq = nullptr;
-    if (a.srq != 0) {
-      auto it = srqs_.find(a.srq);
-      if (it == srqs_.end()) {
-        s = absl::NotFoundError("no such SRQ");
-        return;
-      }
-      srq = &it->second;
-    }
-    if (qps_.size() >= Limits::kMaxQp) {
-      s = absl::ResourceExhaustedError("too many QPs");
-      return;
-    }
-    // QPNs below 0x11 are special (0, 1) or never handed out as rxe does;
-    // 0xFFFFFF is the multicast QPN.
-    while (qps_.contains(next_qpn_) || next_qpn_ < 0x11 || next_qpn_ == wire::kMulticastQpn) {
-      next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
-    }
-    h.qpn = next_qpn_;
-    next_qpn_ = (next_qpn_ + 1) & 0xFFFFFF;
-    // The worker with the fewest QPs owns the new one.
-    Worker* owner = workers_[0].get();
+    h.qpn = *qpn;
+    // The worker with the fewest QPs runs the new one.
+    Worker* worker = workers_[0].get();
     for (auto& w : workers_) {
-      if (w->qps < owner->qps) owner = w.get();
+      if (w->qps < worker->qps) worker = w.get();
     }
-    h.worker = owner->index;
+    h.worker = worker->index;
+    const bool tgt = a.type == transport::QpType::kXrcTgt;
     transport::QpInit init;
     init.qpn = h.qpn;
     init.type = a.type;
@@ -691,9 +610,9 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.state_word = &h.shared->state;
     init.sq = h.sq;
     init.rq = h.rq;
-    init.send_cq = scq != cqs_.end() ? scq->second.producer.get() : nullptr;
-    init.recv_cq = rcq != cqs_.end() ? rcq->second.producer.get() : nullptr;
-    init.srq = srq != nullptr ? srq->srq.get() : nullptr;
+    init.send_cq = refs.send_cq != nullptr ? refs.send_cq->producer.get() : nullptr;
+    init.recv_cq = refs.recv_cq != nullptr ? refs.recv_cq->producer.get() : nullptr;
+    init.srq = refs.srq != nullptr ? refs.srq->srq.get() : nullptr;
     init.port = TransportPort();
     init.measure_latency = measure_latency_;
     init.rate_kbps = rate_kbps_;
@@ -702,22 +621,15 @@ absl::StatusOr<QpHandle> Device::CreateQp(const QpCreateArgs& a) {
     init.dcqcn = dcqcn_;
     init.sr = sr_;
     init.adp = adp_;
-    entry->qp = std::make_unique<transport::Qp>(init, owner);
-    if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, owner->index));
-    entry->owner = owner;
-    ++owner->qps;
-    entry->pd = holds;
-    entry->send_cq = scq != cqs_.end() ? a.send_cq : 0;
-    entry->recv_cq = rcq != cqs_.end() ? a.recv_cq : 0;
+    entry->qp = std::make_unique<transport::Qp>(init, worker);
+    if (trace_ != nullptr) entry->qp->SetTrace(trace_->SinkFor(h.qpn, worker->index));
+    entry->worker = worker;
+    ++worker->qps;
+    entry->pd = refs.holds;
+    entry->send_cq = refs.send_cq != nullptr ? a.send_cq : 0;
+    entry->recv_cq = refs.recv_cq != nullptr ? a.recv_cq : 0;
     entry->srq = a.srq;
-    entry->events = a.events;
-    entry->cookie = a.cookie;
-    entry->owner_tag = a.owner;
-    if (srq != nullptr) ++srq->users;
-    ++*pd_uses;
-    if (scq != cqs_.end()) ++scq->second.users;
-    if (rcq != cqs_.end()) ++rcq->second.users;
-    qps_.emplace(h.qpn, std::move(entry));
+    objects_.AddQp(h.qpn, std::move(entry), refs);
   });
   if (!s.ok()) return s;
   if (dead()) return DeadError();
@@ -732,14 +644,14 @@ int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask)
   }
   int rc = 0;
   RunOnWorker([&] {
-    auto it = qps_.find(qpn);
-    if (it == qps_.end()) {
+    QpEntry* e = objects_.FindQp(qpn);
+    if (e == nullptr) {
       rc = EINVAL;
       return;
     }
-    rc = it->second->qp->Modify(attr, mask);
-    if (rc == 0) Activate(it->second.get());
-    DeliverEvents(it->second.get());
+    rc = e->qp->Modify(attr, mask);
+    if (rc == 0) Activate(e);
+    DeliverEvents(e);
   });
   return rc;
 }
@@ -747,38 +659,27 @@ int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask)
 absl::StatusOr<transport::QpAttr> Device::QueryQp(uint32_t qpn) {
   absl::StatusOr<transport::QpAttr> r = absl::NotFoundError("no such QP");
   RunOnWorker([&] {
-    auto it = qps_.find(qpn);
-    if (it != qps_.end()) r = it->second->qp->attr();
+    if (QpEntry* e = objects_.FindQp(qpn); e != nullptr) r = e->qp->attr();
   });
   return r;
 }
 
 absl::Status Device::DestroyQp(uint32_t qpn) {
   absl::Status s;
-  RunOnWorker([&] {
-    auto it = qps_.find(qpn);
-    if (it == qps_.end()) {
-      s = absl::NotFoundError("no such QP");
-      return;
-    }
-    if (mcast_.AttachedTo(qpn) != 0) {
-      s = absl::FailedPreconditionError("QP is attached to a multicast group");
-      return;
-    }
-    QpEntry* e = it->second.get();
-    SendBeforeDestroy(e);
-    if (e->active) std::erase(e->owner->active, e);
-    if (e->timer_at != 0) --e->owner->armed;  // its timer entry is dropped when it comes up
-    --e->owner->qps;
-    // Drop the QP's references on its CQs and PD.
-    if (auto c = cqs_.find(e->send_cq); c != cqs_.end()) --c->second.users;
-    if (auto c = cqs_.find(e->recv_cq); c != cqs_.end()) --c->second.users;
-    ReleasePd(e->pd);
-    if (auto q = srqs_.find(e->srq); q != srqs_.end()) --q->second.users;
-    if (measure_latency_) PrintLatency(port_.name, qpn, *e->qp);
-    qps_.erase(it);
-  });
+  RunOnWorker([&] { s = DestroyQpStopped(qpn); });
   return s;
+}
+
+absl::Status Device::DestroyQpStopped(uint32_t qpn) {
+  if (absl::Status s = objects_.CheckQpRemovable(qpn); !s.ok()) return s;
+  QpEntry* e = objects_.FindQp(qpn);
+  SendBeforeDestroy(e);
+  if (e->active) std::erase(e->worker->active, e);
+  if (e->timer_at != 0) --e->worker->armed;  // its timer entry is dropped when it comes up
+  --e->worker->qps;
+  if (measure_latency_) PrintLatency(port_.name, qpn, *e->qp);
+  objects_.RemoveQp(qpn);
+  return absl::OkStatus();
 }
 
 void Device::PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp) {
@@ -794,7 +695,7 @@ void Device::PeekQpLatency(
   // Under the control lock (the QP cannot go meanwhile); the histograms are
   // read while the workers count into them (Peek).
   std::lock_guard<std::mutex> l(ctl_mu_);
-  for (const auto& [qpn, e] : qps_) {
+  for (const auto& [qpn, e] : objects_.qps) {
     for (int c = 0; c < transport::Qp::kNumLatClasses; ++c) {
       if (const lab::LatencyHistogram* h = e->qp->latency(c); h != nullptr) f(qpn, c, *h);
     }
@@ -805,16 +706,16 @@ int Device::AttachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
   if (dead()) return EIO;
   int rc = EINVAL;
   RunOnWorker([&] {
-    auto it = qps_.find(qpn);
+    QpEntry* e = objects_.FindQp(qpn);
     // Only UD QPs join groups (ib_attach_mcast: EINVAL otherwise).
-    if (it != qps_.end() && it->second->qp->type() == transport::QpType::kUd) rc = mcast_.Attach(mgid, qpn);
+    if (e != nullptr && e->qp->type() == transport::QpType::kUd) rc = objects_.mcast.Attach(mgid, qpn);
   });
   return rc;
 }
 
 int Device::DetachMcast(uint32_t qpn, const wire::Ipv6Addr& mgid) {
   int rc = EINVAL;
-  RunOnWorker([&] { rc = mcast_.Detach(mgid, qpn); });
+  RunOnWorker([&] { rc = objects_.mcast.Detach(mgid, qpn); });
   return rc;
 }
 
@@ -833,36 +734,20 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
   if (!shm.ok()) return shm.status();
   h.ring = queue::Ring::Init(shm->data(), h.max_wr, stride);
   h.map = {shm->fd(), shm->size()};
-  absl::Status s;
-  RunOnWorker([&] {
-    uint32_t* uses = PdUses(pd);
-    uint32_t* xrcd_uses = xrcd != 0 ? PdUses(xrcd) : nullptr;
-    auto c = xrcd != 0 ? cqs_.find(cq) : cqs_.end();
-    if (uses == nullptr || (xrcd != 0 && (xrcd_uses == nullptr || c == cqs_.end()))) {
-      s = absl::NotFoundError("no such PD, XRC domain or CQ");
-      return;
-    }
-    // SRQ numbers are 24 bits on the wire (XRCETH), never 0.
-    while (srqs_.contains(next_srq_) || next_srq_ == 0) next_srq_ = (next_srq_ + 1) & 0xFFFFFF;
-    h.id = next_srq_;
-    next_srq_ = (next_srq_ + 1) & 0xFFFFFF;
-    SrqEntry e;
-    e.srq = std::make_unique<transport::Srq>(h.ring, max_sge, workers_.size() > 1);
-    e.srq->SetLimit(limit);
-    e.shm = std::move(*shm);
-    e.pd = pd;
-    e.xrcd = xrcd;
-    e.cq = xrcd != 0 ? cq : 0;
-    e.events = events;
-    e.cookie = cookie;
-    ++*uses;
-    if (xrcd_uses != nullptr) {
-      ++*xrcd_uses;
-      ++c->second.users;
-    }
-    srqs_.emplace(h.id, std::move(e));
-  });
-  if (!s.ok()) return s;
+  SrqEntry e;
+  e.srq = std::make_unique<transport::Srq>(h.ring, max_sge, workers_.size() > 1);
+  e.srq->SetLimit(limit);
+  e.shm = std::move(*shm);
+  e.pd = pd;
+  e.xrcd = xrcd;
+  e.cq = cq;
+  e.events = events;
+  e.cookie = cookie;
+  e.owner = CurrentOwner();
+  absl::StatusOr<uint32_t> id;
+  RunOnWorker([&] { id = objects_.AddSrq(std::move(e)); });
+  if (!id.ok()) return id.status();
+  h.id = *id;
   if (dead()) return DeadError();
   return h;
 }
@@ -870,9 +755,9 @@ absl::StatusOr<SrqHandle> Device::CreateSrq(uint32_t pd, uint32_t max_wr, uint32
 int Device::ModifySrq(uint32_t id, uint32_t limit) {
   int rc = 0;
   RunOnWorker([&] {
-    auto it = srqs_.find(id);
-    if (it == srqs_.end()) rc = EINVAL;
-    else it->second.srq->SetLimit(limit);
+    SrqEntry* e = objects_.FindSrq(id);
+    if (e == nullptr) rc = EINVAL;
+    else e->srq->SetLimit(limit);
   });
   return rc;
 }
@@ -880,33 +765,14 @@ int Device::ModifySrq(uint32_t id, uint32_t limit) {
 absl::StatusOr<uint32_t> Device::QuerySrqLimit(uint32_t id) {
   absl::StatusOr<uint32_t> r = absl::NotFoundError("no such SRQ");
   RunOnWorker([&] {
-    auto it = srqs_.find(id);
-    if (it != srqs_.end()) r = it->second.srq->limit();
+    if (SrqEntry* e = objects_.FindSrq(id); e != nullptr) r = e->srq->limit();
   });
   return r;
 }
 
 absl::Status Device::DestroySrq(uint32_t id) {
   absl::Status s;
-  RunOnWorker([&] {
-    auto it = srqs_.find(id);
-    if (it == srqs_.end()) s = absl::NotFoundError("no such SRQ");
-    else if (it->second.users != 0) s = absl::FailedPreconditionError("SRQ in use by a QP");
-    else {
-      SrqEntry& e = it->second;
-      ReleasePd(e.pd);
-      if (e.xrcd != 0) {
-        // XRC target QPs reach it by number, holding no reference: the
-        // ones that used it last forget it.
-        for (auto& [qpn, q] : qps_) {
-          if (q->qp->type() == transport::QpType::kXrcTgt && q->pd == e.xrcd) q->qp->DropXrcSrq(e.srq.get());
-        }
-        ReleasePd(e.xrcd);
-        if (auto c = cqs_.find(e.cq); c != cqs_.end()) --c->second.users;
-      }
-      srqs_.erase(it);
-    }
-  });
+  RunOnWorker([&] { s = objects_.DestroySrq(id); });
   return s;
 }
 
@@ -919,74 +785,80 @@ absl::StatusOr<uint32_t> Device::CreateAh(uint32_t pd, const transport::AddressV
     return absl::InvalidArgumentError(
         "address handle needs a GRH, an IPv4-mapped GID with sgid_index 0 or an IPv6 GID with sgid_index 1");
   }
-  return CreateOnPd<uint32_t>(pd, [&]() -> absl::StatusOr<uint32_t> {
-    const uint32_t id = next_ah_++;
-    ahs_.emplace(id, ah);
-    return id;
-  });
+  const uint64_t owner = CurrentOwner();
+  absl::StatusOr<uint32_t> r;
+  RunOnWorker([&] { r = objects_.AddAh(ah, owner); });
+  return r;
 }
 
 absl::Status Device::DestroyAh(uint32_t id) {
   absl::Status s;
-  RunOnWorker([&] {
-    auto it = ahs_.find(id);
-    if (it == ahs_.end()) {
-      s = absl::NotFoundError("no such AH");
-      return;
-    }
-    ReleasePd(it->second.pd);
-    ahs_.erase(it);
-  });
+  RunOnWorker([&] { s = objects_.DestroyAh(id); });
   return s;
 }
 
-const transport::AddressHandle* Device::FindAh(uint32_t id) {
-  auto it = ahs_.find(id);
-  return it == ahs_.end() ? nullptr : &it->second;
-}
+const transport::AddressHandle* Device::FindAh(uint32_t id) { return objects_.FindAh(id); }
 
 bool Device::InvalidateRkey(uint32_t rkey, uint32_t pd) {
   // Only type 2 memory windows are invalidatable; ordinary MRs are not
   // (droce has no fast-registration MRs).
-  return mrs_.Invalidate(rkey, pd);
+  return objects_.mrs.Invalidate(rkey, pd);
 }
 
 absl::StatusOr<uint32_t> Device::AllocMw(uint32_t pd, uint8_t type) {
   if (dead()) return DeadError();
-  return CreateOnPd<uint32_t>(pd, [&] { return mrs_.AllocMw(pd, type); });
+  const uint64_t owner = CurrentOwner();
+  absl::StatusOr<uint32_t> r;
+  RunOnWorker([&] { r = objects_.AllocMw(pd, type, owner); });
+  return r;
 }
 
 absl::Status Device::DeallocMw(uint32_t rkey) {
   absl::Status s;
-  RunOnWorker([&] {
-    const mem::Mw* mw = mrs_.FindMw(rkey);
-    const uint32_t pd = mw != nullptr ? mw->pd : 0;
-    if (!mrs_.DeallocMw(rkey)) {
-      s = absl::NotFoundError("no such memory window");
-      return;
-    }
-    ReleasePd(pd);
-  });
+  RunOnWorker([&] { s = objects_.DeallocMw(rkey); });
   return s;
 }
 
-uint32_t* Device::PdUses(uint32_t pd) {
-  auto it = pds_.find(pd);
-  return it == pds_.end() ? nullptr : &it->second;
+bool Device::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) { return objects_.FindXrcSrq(srqn, out); }
+
+std::optional<uint64_t> Device::OwnerOf(ObjKind kind, uint32_t id) {
+  // The control lock alone: the table changes only under it.
+  std::lock_guard<std::mutex> l(ctl_mu_);
+  return objects_.OwnerOf(kind, id);
 }
 
-void Device::ReleasePd(uint32_t pd) {
-  if (uint32_t* uses = PdUses(pd); uses != nullptr && *uses > 0) --*uses;
+OwnedObjects Device::Owned(uint64_t owner) {
+  std::lock_guard<std::mutex> l(ctl_mu_);
+  return objects_.Owned(owner);
 }
 
-bool Device::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) {
-  auto it = srqs_.find(srqn);
-  if (it == srqs_.end() || it->second.xrcd == 0) return false;
-  const SrqEntry& e = it->second;
-  auto c = cqs_.find(e.cq);
-  if (c == cqs_.end()) return false;
-  *out = {e.srq.get(), c->second.producer.get(), e.pd, e.xrcd, srqn};
-  return true;
+size_t Device::DestroyAllOf(uint64_t owner,
+                            const std::function<void(ObjKind, uint32_t, const absl::Status&)>& failed) {
+  size_t gone = 0;
+  // One stop of the workers for the lot: when it returns, no worker runs
+  // anything the owner had, so its memory may go.
+  RunOnWorker([&] {
+    const OwnedObjects o = objects_.Owned(owner);
+    for (uint32_t qpn : o.of(ObjKind::kQp)) objects_.mcast.DetachQp(qpn);
+    for (int k = 0; k < kNumObjKinds; ++k) {
+      const auto kind = static_cast<ObjKind>(k);
+      for (uint32_t id : o.ids[k]) {
+        absl::Status s;
+        switch (kind) {
+          case ObjKind::kQp: s = DestroyQpStopped(id); break;
+          case ObjKind::kSrq: s = objects_.DestroySrq(id); break;
+          case ObjKind::kAh: s = objects_.DestroyAh(id); break;
+          case ObjKind::kMw: s = objects_.DeallocMw(id); break;
+          case ObjKind::kMr: s = objects_.DeregMr(id); break;
+          case ObjKind::kCq: s = objects_.DestroyCq(id); break;
+          case ObjKind::kPd: s = objects_.DeallocPd(id); break;
+        }
+        if (s.ok()) ++gone;
+        else failed(kind, id, s);
+      }
+    }
+  });
+  return gone;
 }
 
 void Device::DeliverEvents(QpEntry* e) {
@@ -1000,23 +872,23 @@ void Device::DeliverEvents(QpEntry* e) {
   if (srq == nullptr) return;
   // An XRC target QP: the SRQ its last request named.
   const uint32_t srq_id = e->srq != 0 ? e->srq : e->qp->xrc_srq_id();
-  auto it = srqs_.find(srq_id);
-  EventSink* sink = it != srqs_.end() ? it->second.events : nullptr;
-  if (srq->TakeLimitEvent() && sink != nullptr) sink->SrqEvent(it->second.cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
+  const SrqEntry* se = objects_.FindSrq(srq_id);
+  EventSink* sink = se != nullptr ? se->events : nullptr;
+  if (srq->TakeLimitEvent() && sink != nullptr) sink->SrqEvent(se->cookie, 15 /* IBV_EVENT_SRQ_LIMIT_REACHED */);
   if (srq->TakeErrorEvent()) {
     // IBA 10.2.9.5: an SRQ in error takes every QP attached to it to the
     // error state (each then reports its last WQE). Those QPs may belong to
     // other workers: done with all of them stopped, after this turn.
-    Bump(e->owner->stats.srq_err);
-    if (sink != nullptr) sink->SrqEvent(it->second.cookie, 14 /* IBV_EVENT_SRQ_ERR */);
-    e->owner->exclusive.push_back([this, id = srq_id] { FailSrqQps(id); });
+    Bump(e->worker->stats.srq_err);
+    if (sink != nullptr) sink->SrqEvent(se->cookie, 14 /* IBV_EVENT_SRQ_ERR */);
+    e->worker->exclusive.push_back([this, id = srq_id] { FailSrqQps(id); });
   }
 }
 
 void Device::FailSrqQps(uint32_t srq) {
   transport::QpAttr err;
   err.state = transport::QpState::kErr;
-  for (auto& [qpn, e] : qps_) {
+  for (auto& [qpn, e] : objects_.qps) {
     if (e->srq != srq) continue;
     e->qp->Modify(err, transport::kAttrState);
     DeliverEvents(e.get());
@@ -1100,7 +972,7 @@ absl::Status Device::SetCongestionControl(uint32_t qpn, cc::CcMode mode, const c
       cc_mode_ = mode;
       dcqcn_ = p;
     }
-    for (auto& [n, e] : qps_) {
+    for (auto& [n, e] : objects_.qps) {
       if (qpn != 0 && n != qpn) continue;
       e->qp->SetCongestionControl(mode, p);
       found = true;
@@ -1117,7 +989,7 @@ std::vector<Device::CcRow> Device::CongestionControl() {
     d.mode = cc_mode_;
     d.params = dcqcn_;
     out.push_back(d);
-    for (const auto& [n, e] : qps_) {
+    for (const auto& [n, e] : objects_.qps) {
       const transport::Qp& q = *e->qp;
       const cc::ReactionPoint& rp = q.reaction_point();
       CcRow r;
@@ -1138,8 +1010,8 @@ std::vector<Device::CcRow> Device::CongestionControl() {
 }
 
 void Device::SetQpTraceSinks() {
-  for (auto& [qpn, e] : qps_) {
-    e->qp->SetTrace(trace_ != nullptr ? trace_->SinkFor(qpn, e->owner->index) : nullptr);
+  for (auto& [qpn, e] : objects_.qps) {
+    e->qp->SetTrace(trace_ != nullptr ? trace_->SinkFor(qpn, e->worker->index) : nullptr);
   }
   for (auto& w : workers_) w->trace_turn = trace_ != nullptr ? trace_->TurnClockRing(static_cast<int>(w->index)) : nullptr;
 }
@@ -1242,9 +1114,9 @@ void Device::PeekQpCounters(const std::function<void(uint32_t, uint64_t, const Q
   std::vector<Row> rows;
   {
     std::lock_guard<std::mutex> l(ctl_mu_);
-    rows.reserve(qps_.size());
-    for (const auto& [qpn, e] : qps_) {
-      Row& r = rows.emplace_back(Row{qpn, e->owner_tag, {}});
+    rows.reserve(objects_.qps.size());
+    for (const auto& [qpn, e] : objects_.qps) {
+      Row& r = rows.emplace_back(Row{qpn, e->owner, {}});
       const QpCounters& live = e->qp->counters();
       for (size_t i = 0; i < kNumQpCounters; ++i) r.c.values[i] = Peek(live.values[i]);
     }
@@ -1255,16 +1127,16 @@ void Device::PeekQpCounters(const std::function<void(uint32_t, uint64_t, const Q
 Device::Resources Device::ReadResources() {
   Resources r;
   RunOnWorker([&] {
-    r.qps.reserve(qps_.size());
-    for (const auto& [qpn, e] : qps_) {
+    r.qps.reserve(objects_.qps.size());
+    for (const auto& [qpn, e] : objects_.qps) {
       const transport::Qp& q = *e->qp;
       r.qps.push_back({qpn, e->pd, e->send_cq, e->recv_cq, e->srq, q.attr().dest_qpn, q.next_psn(),
-                       q.expected_psn(), q.type(), q.state(), q.attr().path_mtu, e->owner_tag,
+                       q.expected_psn(), q.type(), q.state(), q.attr().path_mtu, e->owner,
                        q.retrans_timer(), q.RetransTimeoutNs(), q.rtt().has_sample() ? q.rtt().srtt_ns() : 0});
     }
-    for (const auto& [id, c] : cqs_) r.cqs.push_back({id, c.region->capacity(), c.users});
-    for (const auto& [id, uses] : pds_) r.pds.push_back({id, uses});
-    mrs_.ForEachMr([&](const mem::Mr& mr) { r.mrs.push_back(mr); });
+    for (const auto& [id, c] : objects_.cqs) r.cqs.push_back({id, c.region->capacity(), c.users});
+    for (const auto& [id, pd] : objects_.pds) r.pds.push_back({id, pd.uses});
+    objects_.mrs.ForEachMr([&](const mem::Mr& mr) { r.mrs.push_back(mr); });
   });
   auto by = [](auto& v, auto key) { std::sort(v.begin(), v.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); }); };
   by(r.qps, [](const QpRes& q) { return q.qpn; });
@@ -1276,7 +1148,7 @@ Device::Resources Device::ReadResources() {
 absl::StatusOr<QpCounters> Device::ReadQpCounters(uint32_t qpn) {
   absl::StatusOr<QpCounters> r = absl::NotFoundError("no such QP");
   RunOnWorker([&] {
-    if (auto it = qps_.find(qpn); it != qps_.end()) r = it->second->qp->counters();
+    if (auto it = objects_.qps.find(qpn); it != objects_.qps.end()) r = it->second->qp->counters();
   });
   return r;
 }

@@ -40,6 +40,7 @@
 #include "lab/trace.h"
 #include "engine/mcast.h"
 #include "engine/neighbor.h"
+#include "engine/objects.h"
 #include "io/dpdk_port.h"
 #include "mem/mr_table.h"
 #include "queue/doorbell.h"
@@ -79,21 +80,6 @@ class GsiSink {
  public:
   virtual ~GsiSink() = default;
   virtual void OnGsi(const GsiMad& mad) = 0;
-};
-
-struct QpEntry {
-  std::unique_ptr<transport::Qp> qp;
-  queue::ShmRegion shm;
-  QpShared* shared = nullptr;
-  Worker* owner = nullptr;
-  bool active = false;  // on the owner's active list (has something to send)
-  uint64_t timer_at = 0;  // its entry in the owner's timer queue (ns), 0 if none
-  uint64_t paced_at = 0;  // its entry in the owner's pacing queue (ns), 0 if none
-  // pd: an XRC target QP's XRC domain (it holds that use).
-  uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
-  EventSink* events = nullptr;
-  uint64_t cookie = 0;
-  uint64_t owner_tag = 0;  // QpCreateArgs::owner
 };
 
 // One worker of a device: its queues on the link, the QPs it owns and their
@@ -397,6 +383,16 @@ class Device final : public Session {
   // the engine reaches with process_vm_readv/writev.
   absl::StatusOr<mem::Mr> RegMrOfProcess(int32_t pid, uint32_t pd, uint64_t addr, uint64_t len, uint64_t iova,
                                          uint32_t access);
+  // Ownership (objects.h): who created an object (nullopt: no such
+  // object), and what an owner has now.
+  std::optional<uint64_t> OwnerOf(ObjKind kind, uint32_t id);
+  OwnedObjects Owned(uint64_t owner);
+  // Destroys everything `owner` has, in ObjKind's order (its QPs leave their
+  // multicast groups first): droced's teardown of a client that went.
+  // `failed` hears of any object that would not go (still in use by
+  // another owner's object); returns how many went.
+  size_t DestroyAllOf(uint64_t owner,
+                      const std::function<void(ObjKind, uint32_t id, const absl::Status&)>& failed);
   // Runs fn with every worker stopped (the daemon's teardown of a client).
   void RunStopped(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
   // Kills the device as an engine failure does (droced's shutdown): every
@@ -427,21 +423,6 @@ class Device final : public Session {
 
  private:
   friend struct Worker;
-  struct SrqEntry {
-    std::unique_ptr<transport::Srq> srq;
-    queue::ShmRegion shm;
-    uint32_t pd = 0;
-    uint32_t xrcd = 0, cq = 0;  // an XRC SRQ's domain and CQ (0: a basic SRQ)
-    uint32_t users = 0;
-    EventSink* events = nullptr;
-    uint64_t cookie = 0;
-  };
-  struct CqEntry {
-    std::unique_ptr<cq::CqRegion> region;
-    std::vector<std::unique_ptr<cq::CqRegion>> retired;  // regions before ibv_resize_cq
-    std::unique_ptr<cq::CqProducer> producer;
-    uint32_t users = 0;
-  };
   Device() = default;
   static uint64_t NowNs();
   std::mutex capture_mu_;  // over capture_ (control threads)
@@ -508,6 +489,8 @@ class Device final : public Session {
   void LoopBackSelf(Worker& w);
   bool IsOwnAddress(const uint8_t* frame, uint32_t len) const;
   void FlushTx(Worker& w);
+  // DestroyQp with every worker stopped.
+  absl::Status DestroyQpStopped(uint32_t qpn);
   // DestroyQp, every drive lock held: sends what was posted on e's send
   // queue and not yet seen by a turn.
   void SendBeforeDestroy(QpEntry* e);
@@ -548,23 +531,6 @@ class Device final : public Session {
   void DeliverEvents(QpEntry* e);
   // An SRQ went to error: every QP on it goes to error (all workers stopped).
   void FailSrqQps(uint32_t srq);
-  // Objects count as users of their PD (worker thread): PdUses is nullptr for
-  // an unknown PD; ReleasePd drops one use.
-  uint32_t* PdUses(uint32_t pd);
-  void ReleasePd(uint32_t pd);
-  // Runs create() on the worker for a new object on `pd` (NotFound if there
-  // is no such PD); a successful one counts as a use of the PD.
-  template <typename T, typename Create>
-  absl::StatusOr<T> CreateOnPd(uint32_t pd, Create create) {
-    absl::StatusOr<T> r = absl::NotFoundError("no such PD");
-    RunOnWorker([&] {
-      uint32_t* uses = PdUses(pd);
-      if (uses == nullptr) return;
-      r = create();
-      if (r.ok()) ++*uses;
-    });
-    return r;
-  }
   // arp.cc
   void HandleArp(Worker& w, const uint8_t* f, size_t len);
   void SendArp(Worker& w, uint16_t op, const wire::MacAddr& tha, uint32_t tip);
@@ -604,22 +570,10 @@ class Device final : public Session {
   cc::DcqcnParams dcqcn_;
   static void PrintLatency(const std::string& dev, uint32_t qpn, const transport::Qp& qp);
 
-  // The device's tables: changed only by the control path (every worker
+  // The device's objects: changed only by the control path (every worker
   // stopped), read by the workers' turns.
-  absl::flat_hash_map<uint32_t, std::unique_ptr<QpEntry>> qps_;
-  absl::flat_hash_map<uint32_t, CqEntry> cqs_;
-  absl::flat_hash_map<uint32_t, uint32_t> pds_;  // pd → objects using it
-  absl::flat_hash_map<uint32_t, SrqEntry> srqs_;
-  absl::flat_hash_map<uint32_t, transport::AddressHandle> ahs_;
-  McastGroups mcast_;
+  ObjectTable objects_;
   bool link_loops_back_ = false;
-  uint32_t next_srq_ = 1;
-  uint32_t next_ah_ = 1;
-  mem::MrTable mrs_;
-  std::vector<cq::CqProducer*> ticked_cqs_;  // CQs with a moderation period (ticked by worker 0)
-  uint32_t next_qpn_ = 0x11;
-  uint32_t next_cq_ = 1;
-  uint32_t next_pd_ = 1;
   // port_state.cc (worker 0)
   std::atomic<bool> port_active_{true};
   std::atomic<bool> dead_{false};

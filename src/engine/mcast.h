@@ -60,6 +60,18 @@ class McastGroups {
     return 0;
   }
 
+  // Takes the QP out of every group it is in; returns how many.
+  uint32_t DetachQp(uint32_t qpn) {
+    const uint32_t n = AttachedTo(qpn);
+    if (n == 0) return 0;
+    std::vector<wire::Ipv6Addr> in;
+    for (const auto& [mgid, qps] : groups_) {
+      if (std::find(qps.begin(), qps.end(), qpn) != qps.end()) in.push_back(mgid);
+    }
+    for (const wire::Ipv6Addr& mgid : in) Detach(mgid, qpn);
+    return n;
+  }
+
   // The QPs attached to a group, in attach order; nullptr if none is.
   const std::vector<uint32_t>* Members(const wire::Ipv6Addr& mgid) const {
     auto it = groups_.find(mgid);

@@ -127,7 +127,7 @@ void Device::EnterFatal(const char* why) {
   RaiseDeviceEvent(kEventDeviceFatal);
   transport::QpAttr err;
   err.state = transport::QpState::kErr;
-  for (auto& [qpn, e] : qps_) {
+  for (auto& [qpn, e] : objects_.qps) {
     e->qp->Modify(err, transport::kAttrState);
     DeliverEvents(e.get());
   }

@@ -110,9 +110,6 @@ struct QpCreateArgs {
   uint64_t cookie = 0;
   uint32_t max_send_wr = 0, max_recv_wr = 0, max_send_sge = 0, max_recv_sge = 0, max_inline = 0;
   bool sq_sig_all = false;
-  // Who the QP belongs to (droced: the client; 0 in embedded mode). Doorbells
-  // from a client's doorbell queue reach only its own QPs.
-  uint64_t owner = 0;
 };
 
 struct QpHandle {

@@ -464,8 +464,8 @@ bool Device::PollOnce(Worker& w) {
     while (!w.paced.empty() && w.paced.top().ns <= t) {
       const Worker::Paced p = w.paced.top();
       w.paced.pop();
-      auto it = qps_.find(p.qpn);
-      if (it == qps_.end() || it->second->owner != &w || it->second->paced_at != p.ns) continue;
+      auto it = objects_.qps.find(p.qpn);
+      if (it == objects_.qps.end() || it->second->worker != &w || it->second->paced_at != p.ns) continue;
       it->second->paced_at = 0;
       Activate(it->second.get());
     }
@@ -606,7 +606,7 @@ void Device::PaceSleep(Worker& w, long ns) {
 void Device::Activate(QpEntry* e) {
   if (!e->active) {
     e->active = true;
-    e->owner->active.push_back(e);
+    e->worker->active.push_back(e);
   }
 }
 
@@ -624,12 +624,12 @@ void Device::HandleDoorbells(Worker& w) {
   while (w.doorbells.Pop(&qpn)) {
     // A QPN rung before its QP was destroyed may name a new QP of another
     // worker by now; that one's doorbells go to its own worker.
-    auto it = qps_.find(qpn);
-    if (it != qps_.end() && it->second->owner == &w) ring(it->second.get());
+    auto it = objects_.qps.find(qpn);
+    if (it != objects_.qps.end() && it->second->worker == &w) ring(it->second.get());
   }
   if (w.doorbells.TakeOverflow()) {
-    for (auto& [n, e] : qps_) {
-      if (e->owner == &w) ring(e.get());
+    for (auto& [n, e] : objects_.qps) {
+      if (e->worker == &w) ring(e.get());
     }
   }
   // droced: each client's queue rings only that client's QPs; a QPN that is
@@ -638,16 +638,16 @@ void Device::HandleDoorbells(Worker& w) {
   for (DoorbellSource* src : w.sources) {
     queue::DoorbellQueue& q = *src->queues[w.index];
     while (q.Pop(&qpn)) {
-      auto it = qps_.find(qpn);
-      if (it != qps_.end() && it->second->owner == &w && it->second->owner_tag == src->owner) {
+      auto it = objects_.qps.find(qpn);
+      if (it != objects_.qps.end() && it->second->worker == &w && it->second->owner == src->owner) {
         ring(it->second.get());
       } else {
         Bump(w.stats.foreign_doorbells);
       }
     }
     if (q.TakeOverflow()) {
-      for (auto& [n, e] : qps_) {
-        if (e->owner == &w && e->owner_tag == src->owner) ring(e.get());
+      for (auto& [n, e] : objects_.qps) {
+        if (e->worker == &w && e->owner == src->owner) ring(e.get());
       }
     }
   }
@@ -661,7 +661,7 @@ bool Device::SourcesNonEmpty(const Worker& w) const {
 }
 
 void Device::ArmTimer(QpEntry* e) {
-  Worker& w = *e->owner;
+  Worker& w = *e->worker;
   if (!e->qp->HasOutstanding()) {
     if (e->timer_at != 0) {  // everything acknowledged: its entry goes stale
       e->timer_at = 0;
@@ -685,8 +685,8 @@ void Device::CompactTimers(Worker& w) {
   live.reserve(w.armed);
   for (; !w.timers.empty(); w.timers.pop()) {
     const Worker::Timer& t = w.timers.top();
-    auto it = qps_.find(t.qpn);
-    if (it != qps_.end() && it->second->owner == &w && it->second->timer_at == t.ns) live.push_back(t);
+    auto it = objects_.qps.find(t.qpn);
+    if (it != objects_.qps.end() && it->second->worker == &w && it->second->timer_at == t.ns) live.push_back(t);
   }
   for (const Worker::Timer& t : live) w.timers.push(t);
 }
@@ -696,8 +696,8 @@ void Device::RunTimers(Worker& w, uint64_t now) {
   while (!w.timers.empty() && w.timers.top().ns <= now) {
     const Worker::Timer t = w.timers.top();
     w.timers.pop();
-    auto it = qps_.find(t.qpn);
-    if (it == qps_.end() || it->second->owner != &w || it->second->timer_at != t.ns) continue;
+    auto it = objects_.qps.find(t.qpn);
+    if (it == objects_.qps.end() || it->second->worker != &w || it->second->timer_at != t.ns) continue;
     QpEntry* e = it->second.get();
     e->timer_at = 0;
     --w.armed;
@@ -715,12 +715,12 @@ void Device::RunTimers(Worker& w, uint64_t now) {
   }
   if (w.index != 0) return;
   // Device-wide timers run on worker 0.
-  for (cq::CqProducer* p : ticked_cqs_) p->Tick(now);
+  for (cq::CqProducer* p : objects_.ticked_cqs) p->Tick(now);
   PollLinkState(w);
 }
 
 bool Device::CqEventHeld() const {
-  for (const cq::CqProducer* p : ticked_cqs_) {
+  for (const cq::CqProducer* p : objects_.ticked_cqs) {
     if (p->holding()) return true;
   }
   return false;
@@ -800,18 +800,18 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
     rte_pktmbuf_free(m);
     return;
   }
-  auto it = qps_.find(v.bth.dqpn);
+  auto it = objects_.qps.find(v.bth.dqpn);
   // A handed frame whose QP changed owners meanwhile (destroyed, its QPN
   // reused) is not passed on again.
-  if (it == qps_.end() || (handed && it->second->owner != &w)) {
+  if (it == objects_.qps.end() || (handed && it->second->worker != &w)) {
     Bump(w.stats.unknown_qp);
     rte_pktmbuf_free(m);
     return;
   }
   if (!handed) LearnSender(w, v);
   QpEntry* e = it->second.get();
-  if (e->owner != &w) {
-    HandOff(w, *e->owner, m);
+  if (e->worker != &w) {
+    HandOff(w, *e->worker, m);
     return;
   }
   DeliverPacket(e, v);
@@ -850,7 +850,7 @@ void Device::FlushHandoff(Worker& from, Worker& to) {
 // Members owned by other workers get a copy of the frame each worker.
 void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed) {
   const std::vector<uint32_t>* members = nullptr;
-  switch (mcast_.Route(v, &members)) {
+  switch (objects_.mcast.Route(v, &members)) {
     case McastGroups::Verdict::kNotMulticastUd: Bump(w.stats.mcast_bad_drop); return;
     case McastGroups::Verdict::kNoGroup: Bump(w.stats.mcast_no_group_drop); return;
     case McastGroups::Verdict::kDeliver: break;
@@ -863,10 +863,10 @@ void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, 
   // while it is walked.
   uint32_t others = 0;
   for (uint32_t qpn : *members) {
-    auto it = qps_.find(qpn);
-    if (it == qps_.end()) continue;
-    if (it->second->owner == &w) DeliverPacket(it->second.get(), v);
-    else others |= 1u << it->second->owner->index;
+    auto it = objects_.qps.find(qpn);
+    if (it == objects_.qps.end()) continue;
+    if (it->second->worker == &w) DeliverPacket(it->second.get(), v);
+    else others |= 1u << it->second->worker->index;
   }
   if (handed) return;
   for (; others != 0; others &= others - 1) {
@@ -890,7 +890,7 @@ void Device::LoopBackMulticast(Worker& w) {
     if (m->nb_segs == 1 &&
         wire::parse_frame({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, &v) ==
             wire::ParseError::kOk &&
-        wire::gid_is_multicast(v.dip6.data()) && mcast_.Route(v, &members) == McastGroups::Verdict::kDeliver) {
+        wire::gid_is_multicast(v.dip6.data()) && objects_.mcast.Route(v, &members) == McastGroups::Verdict::kDeliver) {
       HandleMulticast(w, v, m, /*handed=*/false);
     }
     rte_pktmbuf_free(m);
@@ -966,7 +966,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
   // keep a copy, untagged, for LoopBackMulticast.
   const bool group_mac = (f.data[0] == 0x01 && f.data[1] == 0x00 && f.data[2] == 0x5E) ||
                          (f.data[0] == 0x33 && f.data[1] == 0x33);
-  if (group_mac && !dev->link_loops_back_ && dev->mcast_.groups() != 0) {
+  if (group_mac && !dev->link_loops_back_ && dev->objects_.mcast.groups() != 0) {
     if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) mcast_loop.push_back(c);
   }
   // Read before tagging (the tag moves the Ethernet header). The MAC alone
@@ -984,7 +984,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
 }
 
 bool Worker::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) { return dev->ResolveMac(*this, dgid, mac); }
-mem::MrTable& Worker::Mrs() { return dev->mrs_; }
+mem::MrTable& Worker::Mrs() { return dev->objects_.mrs; }
 bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->InvalidateRkey(rkey, pd); }
 const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
 bool Worker::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) { return dev->FindXrcSrq(srqn, out); }
@@ -997,7 +997,7 @@ void Device::SendBeforeDestroy(QpEntry* e) {
   // every drive lock held (RunOnWorker), as a turn would. Only from RTS: a
   // QP in another state would complete them in error, and a destroyed QP's
   // WQEs get no completions.
-  Worker& w = *e->owner;
+  Worker& w = *e->worker;
   if (e->qp->state() != transport::QpState::kRts) {
     // What the QP queued before it left RTS (the ACKs a modify to ERR
     // sent, transport/responder_rd.cc) leaves now, not with a later turn
