@@ -393,8 +393,6 @@ class Device final : public Session {
   // another owner's object); returns how many went.
   size_t DestroyAllOf(uint64_t owner,
                       const std::function<void(ObjKind, uint32_t id, const absl::Status&)>& failed);
-  // Runs fn with every worker stopped (the daemon's teardown of a client).
-  void RunStopped(std::function<void()> fn) { RunOnWorker(std::move(fn)); }
   // Kills the device as an engine failure does (droced's shutdown): every
   // QP in error, IBV_EVENT_DEVICE_FATAL to every sink.
   void Shutdown(const char* why);
@@ -431,25 +429,32 @@ class Device final : public Session {
   std::unique_ptr<lab::Trace> trace_;
   // Hands every QP its sink of trace_ (or none); workers stopped.
   void SetQpTraceSinks();
+  // lab_hooks.cc: DROCE_FAULT, DROCE_CAPTURE and DROCE_TRACE from the start
+  // (Setup, once the workers exist).
+  absl::Status StartLab(const Config& cfg);
   absl::Status Start(const Config& cfg);
   transport::PortAddr TransportPort() const;
   void WorkerMain(Config cfg, std::promise<absl::Status>* started);
   // Brings up the link and the workers (on worker 0's thread).
   absl::Status Setup(const Config& cfg);
+  // Gives the calling worker thread a DPDK lcore id (a mempool cache).
+  static void RegisterWithEal(const std::string& name);
+
+  // progress.cc: who runs a worker's turn, and when.
   // Runs fn with every worker stopped (all drive locks held) on the calling
   // thread and waits for it: the control path. An exception escaping fn
-  // kills the device.
+  // kills the device. Not re-entrant (it aborts rather than deadlock).
   void RunOnWorker(std::function<void()> fn);
+  // Aborts unless the calling thread is inside this device's RunOnWorker:
+  // the first line of what must only run with every worker stopped.
+  void AssertStopped(const char* what) const;
   // Wakes w's thread if it announced a sleep; WakeNow wakes it regardless.
   void Wake(Worker& w);
   void WakeNow(Worker& w);
   void WakeAll();
   // Takes w's drive lock if it is free and no control call waits for it.
   bool TryTakeDrive(Worker& w);
-  // Gives the calling worker thread a DPDK lcore id (a mempool cache).
-  static void RegisterWithEal(const std::string& name);
-
-  // worker.cc
+  // The worker's thread.
   void Loop(Worker& w);
   // What a driver learns from a turn, for after it released the lock.
   struct Turn {
@@ -461,11 +466,29 @@ class Device final : public Session {
   // One turn of w's loop by a thread that holds w's drive lock, which it
   // releases; then runs the work the turn left for all workers stopped.
   bool DriveLocked(Worker& w, Turn* turn = nullptr);
-  bool PollOnce(Worker& w);
-  void PaceSleep(Worker& w, long ns);
   // One turn of every worker on the calling thread (a control call that
   // must see what was posted before it).
   void DriveEachOnce();
+  void PaceSleep(Worker& w, long ns);
+  // Spin, yield or sleep after an idle turn (without w's drive lock).
+  void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
+  void YieldCpu(Worker& w, bool hot);
+  bool WakeReason(const Worker& w) const;
+  void Nap(Worker& w, long ns);
+  template <typename HasWork>
+  void SleepUnless(Worker& w, long ns, HasWork has_work);
+  // DROCE_WATCH_US: one look at the link while applications drive, at
+  // real-time priority; LeaveRealtime drops that priority.
+  struct WatchState;
+  void SetupWatch(const Config& cfg);
+  void Watch(Worker& w, WatchState& ws);
+  static void LeaveRealtime();
+
+  // worker.cc: one turn of a worker, its receive dispatch and transmit.
+  bool PollOnce(Worker& w);
+  // PollOnce, turning an exception that escapes the engine into a dead
+  // device instead of unwinding into the application (port_state.cc).
+  bool PollOnceGuarded(Worker& w);
   void HandleDoorbells(Worker& w);
   bool SourcesNonEmpty(const Worker& w) const;
   // `handed`: the frame was received by another worker and handed to w.
@@ -489,13 +512,11 @@ class Device final : public Session {
   void LoopBackSelf(Worker& w);
   bool IsOwnAddress(const uint8_t* frame, uint32_t len) const;
   void FlushTx(Worker& w);
-  // DestroyQp with every worker stopped.
-  absl::Status DestroyQpStopped(uint32_t qpn);
   // DestroyQp, every drive lock held: sends what was posted on e's send
   // queue and not yet seen by a turn.
   void SendBeforeDestroy(QpEntry* e);
-  // Puts a QP on its owner's active list (its owner's driver, or the control
-  // path).
+  // Puts a QP on its worker's active list (its worker's driver, or the
+  // control path).
   void Activate(QpEntry* e);
   void RunTimers(Worker& w, uint64_t now);
   // Queues e's transport timer if it has one and none is queued (or an RNR
@@ -503,6 +524,17 @@ class Device final : public Session {
   void ArmTimer(QpEntry* e);
   // Rebuilds w.timers without the entries of QPs gone or rescheduled.
   void CompactTimers(Worker& w);
+  // Whether a CQ holds back a moderated event (worker 0 must not sleep).
+  bool CqEventHeld() const;
+
+  // verbs.cc
+  // DestroyQp with every worker stopped.
+  absl::Status DestroyQpStopped(uint32_t qpn);
+  // A QP's and its SRQ's events to their sinks (the QP's worker).
+  void DeliverEvents(QpEntry* e);
+  // An SRQ went to error: every QP on it goes to error (all workers stopped).
+  void FailSrqQps(uint32_t srq);
+
   // port_state.cc: link polling, PORT_ACTIVE/PORT_ERR, DEVICE_FATAL.
   void PollLinkState(Worker& w);
   void WaitForLink();
@@ -510,27 +542,6 @@ class Device final : public Session {
   void RaiseDeviceEvent(int event_type);
   // All workers stopped (RunOnWorker, or a turn's exclusive work).
   void EnterFatal(const char* why);
-  // PollOnce, turning an exception that escapes the engine into a dead
-  // device instead of unwinding into the application.
-  bool PollOnceGuarded(Worker& w);
-  // Whether a CQ holds back a moderated event (worker 0 must not sleep).
-  bool CqEventHeld() const;
-  // Spin, yield or sleep after an idle turn (without w's drive lock).
-  void IdleBackoff(Worker& w, unsigned idle_loops, const Turn& turn, uint64_t* last_busy_ns);
-  void YieldCpu(Worker& w, bool hot);
-  bool WakeReason(const Worker& w) const;
-  void Nap(Worker& w, long ns);
-  // DROCE_WATCH_US: one look at the link while applications drive, at
-  // real-time priority (worker.cc); LeaveRealtime drops that priority.
-  struct WatchState;
-  void SetupWatch(const Config& cfg);
-  void Watch(Worker& w, WatchState& ws);
-  static void LeaveRealtime();
-  template <typename HasWork>
-  void SleepUnless(Worker& w, long ns, HasWork has_work);
-  void DeliverEvents(QpEntry* e);
-  // An SRQ went to error: every QP on it goes to error (all workers stopped).
-  void FailSrqQps(uint32_t srq);
   // arp.cc
   void HandleArp(Worker& w, const uint8_t* f, size_t len);
   void SendArp(Worker& w, uint16_t op, const wire::MacAddr& tha, uint32_t tip);

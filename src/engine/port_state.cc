@@ -113,6 +113,7 @@ void Device::PollLinkState(Worker& w) {
 }
 
 void Device::EnterFatal(const char* why) {
+  AssertStopped("EnterFatal");
   if (dead()) return;
   if (shutting_down_) Log(LogLevel::kInfo, "%s: %s; every QP is flushed", port_.name.c_str(), why);
   else Log(LogLevel::kError, "%s: device failed: %s; every QP is flushed", port_.name.c_str(), why);
