@@ -44,8 +44,9 @@ inline constexpr uint8_t kHopLimit = 64;
 
 // An id's state. droce keeps one state per id where the kernel keeps
 // rdma_cm's and the IB CM's apart: the id layer moves an id through the
-// states up to kListen, the IB CM through the connection's (kReqSent on),
-// except that the id layer marks a rejected or exiting id kDisconnected.
+// states up to kListen, the IB CM through the connection's (kReqSent on);
+// the id layer reads them all (which commands an id takes, its QP
+// attributes).
 enum class St : uint8_t {
   kIdle,
   kAddrBound,
@@ -67,8 +68,9 @@ enum class St : uint8_t {
 };
 
 // What the IB CM keeps of one id (the kernel's cm_id_private); the id
-// layer's id extends it. The id layer sets the first group (where the id's
-// MADs go and how), the IB CM the connection's; each reads the other's.
+// layer's id extends it. The id layer sets the fields up to ack_timeout_opt
+// (what the id is, where its MADs go and how), the IB CM those of the
+// connection after deadline; each reads the other's.
 struct Conn {
   St state = St::kIdle;
   uint8_t qp_type = 2;   // kQpRc or kQpUd (manager.h): REQ or SIDR_REQ
@@ -182,6 +184,7 @@ class IbCm {
   void Abandon(Conn* c);
   // c is destroyed: its comm ID is free.
   void Release(const Conn& c);
+  // c's retransmission (or address poll) is off.
   static void DropTimer(Conn* c);
   // An RC QP's attributes for state (IBV_QPS_INIT, _RTR, _RTS) from c's
   // connection, as the kernel's ib_cm_init_qp_attr; ah is the path to the
