@@ -1,11 +1,21 @@
-// The connection manager: the RDMA CM's identifiers, port spaces, address
-// and route resolution and events (what Linux's rdma_cm offers librdmacm
-// through rdma_ucm), over the IB Communication Manager protocol on QP1
-// (mad.h). One Manager serves every droce port of a process (embedded
-// mode). It is DPDK-free and single-threaded: its owner serialises the
-// calls (the provider's CM thread and the application's rdma_ucm writes
-// under one mutex) and gives it the time; tests drive it in virtual time
-// with two managers wired to each other (tests/unit/cm_manager_test.cc).
+// The connection manager, in two layers as Linux's rdma_cm (cma.c) over its
+// IB CM (cm.c):
+// - the id layer, Manager (this file, manager.cc): the RDMA CM's
+//   identifiers, port spaces, bind, address and route resolution, listen,
+//   options, multicast joins, QP attributes and the events to the
+//   application (what Linux's rdma_cm offers librdmacm through rdma_ucm);
+//   it finds the listener of a request and makes its id;
+// - the IB Communication Manager protocol on QP1, IbCm (ib_cm.h,
+//   ib_cm.cc): the CM messages (mad.h), comm IDs, retransmissions,
+//   timewait, MRA, the duplicate and stale checks and requests held until
+//   their listener comes. The id layer calls it to send and track messages;
+//   it calls the id layer back (IbCm::IdLayer) with what came in. Each id
+//   is one Manager::Id, which extends the IB CM's Conn.
+// One Manager serves every droce port of a process (embedded mode). It is
+// DPDK-free and single-threaded: its owner serialises the calls (the
+// provider's CM thread and the application's rdma_ucm writes under one
+// mutex) and gives it the time; tests drive it in virtual time with two
+// managers wired to each other (tests/unit/cm_manager_test.cc).
 //
 // Each command returns 0 or a negative errno, as the kernel's ucma_write
 // does. Events go to the EventFn as they happen, inside the call that made
@@ -21,10 +31,10 @@
 #include <memory>
 #include <random>
 #include <span>
-#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "cm/ib_cm.h"
 #include "cm/mad.h"
 
 namespace droce::cm {
@@ -172,7 +182,7 @@ struct CmStats {
 #undef DROCE_CM_STAT_FIELD
 };
 
-class Manager {
+class Manager : private IbCm::IdLayer {
  public:
   using Clock = std::function<uint64_t()>;  // ns
   Manager(EventFn events, Clock clock, uint64_t seed);
@@ -215,14 +225,8 @@ class Manager {
   const CmStats& stats() const { return stats_; }
 
  private:
-  enum class St : uint8_t;
+  // The id layer's id: the IB CM's part (Conn) and rdma_cm's.
   struct Id;
-  struct Timewait {
-    uint64_t remote_guid = 0;
-    uint32_t remote_comm_id = 0, remote_qpn = 0;
-    Gid remote_gid{};
-    uint64_t until = 0;
-  };
   struct Port {
     LocalPort info;
     PortIo* io = nullptr;
@@ -231,18 +235,8 @@ class Manager {
     uint32_t id = 0;
     Gid mgid{};
   };
-  // A REQ or SIDR_REQ that found no listener, held for a while (see
-  // kEarlyReqHoldNs in manager.cc) in case its listener is about to come.
-  struct EarlyReq {
-    int dev = 0;
-    MadSource src;
-    MadHeader h;
-    std::variant<Req, SidrReq> msg;
-    uint64_t until = 0;
-  };
 
   Id* Find(uint32_t id) const;
-  Id* FindByComm(uint32_t local_comm_id) const;
   Port* PortOf(int dev);
   const Port* PortOf(int dev) const;
   const Port* PortForSource(const IpAddr& a) const;
@@ -251,57 +245,32 @@ class Manager {
   int BindPort(Id* id, const IpAddr& addr);
   void Unbind(Id* id);
   uint32_t NewHandle();
-  uint32_t NewCommId();
-  uint32_t RandomPsn() { return static_cast<uint32_t>(rng_()) & 0xFFFFFF; }
   void Emit(const Id& id, uint32_t event, int32_t status, const ConnParam* p = nullptr);
-  void Send(const Id& id, const Message& m, uint64_t tid);
-  void SendTo(int dev, const Gid& sgid, const Gid& dgid, uint32_t dqpn, uint8_t tclass, const Message& m,
-              uint64_t tid);
-  void SendRemembered(Id* id, const Message& m, uint64_t timeout_ns, unsigned retries);
-  void EnterTimewait(Id* id);
-  // The peer learns that id is gone (REJ or DREQ as its state calls for).
-  void TellPeerGone(Id* id);
-  void DropTimer(Id* id);
   AhInfo AhTo(const Id& id, const Gid& dgid) const;
-  uint8_t AckTimeout(const Id& id) const;
-
-  // held_until: a held REQ handed over again (when a listener came), with
-  // the time it is held until; 0 for one just received.
-  void HandleReq(int dev, const MadSource& src, const MadHeader& h, const Req& r, uint64_t held_until = 0);
-  void HandleMra(const Mra& m);
-  void HandleRej(const Rej& m);
-  void HandleRep(int dev, const MadSource& src, const MadHeader& h, const Rep& m);
-  void HandleRtu(const Rtu& m);
-  void HandleDreq(int dev, const MadSource& src, const MadHeader& h, const Dreq& m);
-  void HandleDrep(const Drep& m);
-  void HandleSidrReq(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m,
-                     uint64_t held_until = 0);
-  // Holds a request that found no listener (true), or leaves it to be
-  // refused now (false: too many held already).
-  bool HoldEarly(int dev, const MadSource& src, const MadHeader& h, const std::variant<Req, SidrReq>& msg,
-                 uint64_t held_until);
-  // The answer for no listener: REJ reason 8, or SIDR_REP "unsupported".
-  void RefuseNoListener(const EarlyReq& e);
-  void ReplayEarly();
-  uint64_t ExpireEarly(uint64_t now);
-  void HandleSidrRep(const SidrRep& m);
   Id* FindListener(uint16_t ps, const IpAddr& dst, int dev) const;
   Id* NewConnId(const Id& listener, uint8_t qp_type, int dev, const MadSource& src, const IpAddr& dst,
-                const IpHeader& ih, uint64_t tid);
-  void RejectReq(int dev, const MadSource& src, const MadHeader& h, uint32_t remote_comm_id, uint16_t reason);
+                const IpHeader& ih);
+
+  // What the IB CM asks of the id layer (IbCm::IdLayer).
+  PortIo* Io(int dev) override;
+  void ForEachConn(absl::FunctionRef<bool(Conn&)> fn) override;
+  void ReqReceived(int dev, const MadSource& src, const MadHeader& h, const Req& r, uint64_t held_until) override;
+  void SidrReqReceived(int dev, const MadSource& src, const MadHeader& h, const SidrReq& m,
+                       uint64_t held_until) override;
+  void SidrRepReceived(const Conn& c, const SidrRep& m) override;
+  void RequestSettled(const Conn& c) override;
+  void Deliver(const Conn& c, uint32_t event, int32_t status, const ConnParam* p) override;
 
   EventFn events_;
   Clock clock_;
   std::mt19937_64 rng_;
   std::vector<Port> ports_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Id>> ids_;
-  absl::flat_hash_map<uint32_t, uint32_t> by_comm_;  // local comm id -> id
   std::map<std::pair<uint16_t, uint16_t>, std::vector<uint32_t>> bound_;  // (ps, port) -> ids
   absl::flat_hash_map<uint32_t, Mcast> mcasts_;
-  std::vector<Timewait> timewait_;
-  std::vector<EarlyReq> early_;
   uint32_t next_handle_ = 1;
   CmStats stats_;
+  IbCm cm_{this, &clock_, &rng_, &stats_};  // the protocol below
 };
 
 }  // namespace droce::cm

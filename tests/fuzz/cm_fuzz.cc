@@ -1,9 +1,10 @@
 // libFuzzer target: the CM MAD decoder (src/cm/mad.cc) and the connection
-// manager's handling of whatever it decodes (src/cm/manager.cc). Any input
-// must decode or be refused without a crash; a decoded MAD must re-encode
-// to bytes that decode to the same encoding; and a manager with a listener
-// and a connecting id must take it (and the timers after it) without a
-// crash, a leak or an id that outlives its destroy.
+// manager's handling of whatever it decodes (src/cm/ib_cm.cc and
+// manager.cc). Any input must decode or be refused without a crash; a
+// decoded MAD must re-encode to bytes that decode to the same encoding; and
+// a manager with a listener and a connecting id must take it (and the
+// timers after it) without a crash, a leak or an id that outlives its
+// destroy.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

@@ -63,7 +63,7 @@ ctl_libs=(-labsl_status -labsl_strings -labsl_cord -labsl_cord_internal -labsl_c
           -labsl_strings_internal -labsl_throw_delegate -labsl_raw_logging_internal -labsl_int128 -labsl_base
           -labsl_spinlock_wait)
 # cm_fuzz: the CM MAD decoder and the connection manager (src/cm/).
-cm_srcs=("$root"/src/cm/mad.cc "$root"/src/cm/manager.cc)
+cm_srcs=("$root"/src/cm/mad.cc "$root"/src/cm/ib_cm.cc "$root"/src/cm/manager.cc)
 cm_libs=(-labsl_hash -labsl_city -labsl_low_level_hash -labsl_raw_hash_set -labsl_base -labsl_raw_logging_internal
          -labsl_spinlock_wait -labsl_throw_delegate)
 # responder_fuzz: the transport (src/transport/ and what it stands on) in
