@@ -189,7 +189,7 @@ bool context_is_ours(ibv_context* c);
 int status_errno(const absl::Status& s);
 engine::Session* engine_of(ibv_context* c);
 // A basic SRQ (xrcd 0) or an XRC SRQ of engine domain `xrcd` completing to
-// `cq` (verbs_objects.cc).
+// `cq` (verbs_qp.cc).
 ibv_srq* create_srq_common(ibv_pd* pd, ibv_srq_attr* attr, void* srq_context, uint32_t xrcd, ibv_cq* cq);
 // XRC (verbs_xrc.cc): verbs_context's open_xrcd, close_xrcd, create_srq_ex,
 // get_srq_num and open_qp; the XRC target QPs ibv_open_qp finds (added at

@@ -1,7 +1,7 @@
 // XRC (IBA 9.8.3): XRC domains (ibv_open_xrcd), XRC SRQs
 // (ibv_create_srq_ex, ibv_get_srq_num) and sharing an XRC target QP between
 // contexts (ibv_open_qp). The QPs themselves are created with the others
-// (verbs_objects.cc); the engine executes XRC (src/transport).
+// (verbs_qp.cc); the engine executes XRC (src/transport).
 #include <fcntl.h>
 #include <sys/stat.h>
 

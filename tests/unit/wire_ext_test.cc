@@ -1,7 +1,8 @@
 // Tests for the wire beyond IPv4 RC basics: IPv6 (parser, builder, ICRC
 // masking, UDP checksum, extension headers), the 802.1Q builder, builders
 // for every opcode, the segmented parser, AETH credit counts, MSN and GIDs.
-// The basic IPv4 parser and the golden ICRCs are tested in wire_test.cc.
+// The basic IPv4 parser is tested in wire_frame_test.cc, the golden ICRCs in
+// wire_test.cc.
 
 #include <gtest/gtest.h>
 
