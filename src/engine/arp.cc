@@ -75,7 +75,7 @@ void Device::ActivateAllQps(Worker& w) {
 
 void Device::ActivateOwnQps(Worker& w) {
   for (auto& [qpn, e] : objects_.qps) {
-    if (e->worker == &w) Activate(e.get());
+    if (e->worker == &w) w.sched.Activate(e.get());
   }
 }
 

@@ -117,32 +117,12 @@ struct Worker final : transport::TransportEnv {
   };
   std::vector<Outbox> outbox;  // one per worker; empty with a single worker
 
-  std::vector<QpEntry*> active;
-  // QPs awaiting ACKs, by when their transport timer is due
-  // (transport::Qp::TimerDue): a min-heap of (ns, qpn), like `paced`; an
-  // entry whose QP is gone or was rescheduled (QpEntry::timer_at differs)
-  // is dropped when it comes up, and one that comes up early (ACKs moved
-  // the QP's deadline) is pushed again at the new time. Nothing is scanned
-  // per QP per turn or per tick.
-  struct Timer {
-    uint64_t ns;
-    uint32_t qpn;
-    bool operator>(const Timer& o) const { return ns > o.ns; }
-  };
-  std::priority_queue<Timer, std::vector<Timer>, std::greater<Timer>> timers;
-  // QPs with a live entry there (QpEntry::timer_at != 0): while any, the
-  // worker does not sleep (Turn::pending). An entry is dropped (timer_at
-  // 0) as soon as its QP has nothing in flight, not when it comes up.
-  uint32_t armed = 0;
-  // QPs held by their pacer (transport/pacer.h), by the time they may send
-  // again: a min-heap of (ns, qpn); an entry whose QP is gone or was
-  // rescheduled (QpEntry::paced_at differs) is dropped when it comes up.
-  struct Paced {
-    uint64_t ns;
-    uint32_t qpn;
-    bool operator>(const Paced& o) const { return ns > o.ns; }
-  };
-  std::priority_queue<Paced, std::vector<Paced>, std::greater<Paced>> paced;
+  // Which of its QPs run next: active, awaiting a transport timer, held
+  // by their pacer (transport/scheduler.h).
+  transport::QpScheduler<QpEntry> sched;
+  // The worker's QP with that QPN; nullptr if there is none, or another
+  // worker runs it (the scheduler's lookup).
+  QpEntry* Find(uint32_t qpn) const;
   std::vector<rte_mbuf*> tx;
   // The fault stage (DROCE_FAULT); nullptr without rules. tx[0..tx_judged)
   // went through it already (frames the link did not take wait in tx).
@@ -515,15 +495,8 @@ class Device final : public Session {
   // DestroyQp, every drive lock held: sends what was posted on e's send
   // queue and not yet seen by a turn.
   void SendBeforeDestroy(QpEntry* e);
-  // Puts a QP on its worker's active list (its worker's driver, or the
-  // control path).
-  void Activate(QpEntry* e);
+  // The transport timers due, and worker 0's device-wide ticks.
   void RunTimers(Worker& w, uint64_t now);
-  // Queues e's transport timer if it has one and none is queued (or an RNR
-  // wait may have made it earlier); drops it once nothing is in flight.
-  void ArmTimer(QpEntry* e);
-  // Rebuilds w.timers without the entries of QPs gone or rescheduled.
-  void CompactTimers(Worker& w);
   // Whether a CQ holds back a moderated event (worker 0 must not sleep).
   bool CqEventHeld() const;
 

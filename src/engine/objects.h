@@ -25,6 +25,7 @@
 #include "mem/mr_table.h"
 #include "queue/shm.h"
 #include "transport/qp.h"
+#include "transport/scheduler.h"
 
 namespace droce::engine {
 
@@ -52,14 +53,13 @@ enum class ObjKind : uint8_t { kQp, kSrq, kAh, kMw, kMr, kCq, kPd };
 inline constexpr int kNumObjKinds = 7;
 const char* ObjKindName(ObjKind k);
 
-struct QpEntry {
+// A QP: its transport, its rings, and its place in its worker's scheduler
+// (transport/scheduler.h).
+struct QpEntry : transport::Schedulable {
   std::unique_ptr<transport::Qp> qp;
   queue::ShmRegion shm;
   QpShared* shared = nullptr;
   Worker* worker = nullptr;  // the worker that runs it
-  bool active = false;  // on the worker's active list (has something to send)
-  uint64_t timer_at = 0;  // its entry in the worker's timer queue (ns), 0 if none
-  uint64_t paced_at = 0;  // its entry in the worker's pacing queue (ns), 0 if none
   // pd: an XRC target QP's XRC domain (it holds that use).
   uint32_t pd = 0, send_cq = 0, recv_cq = 0, srq = 0;
   EventSink* events = nullptr;

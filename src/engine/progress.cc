@@ -276,9 +276,9 @@ bool Device::DriveLocked(Worker& w, Turn* turn) {
     // worker's state is still its own.
     turn->timer_ns = w.last_timer_ns;
     turn->now_ns = w.last_poll_ns;
-    turn->pending = w.armed != 0 || !w.active.empty() || (w.index == 0 && CqEventHeld()) ||
+    turn->pending = w.sched.busy() || (w.index == 0 && CqEventHeld()) ||
                     (w.fault != nullptr && w.fault->holding());
-    turn->pace_due_ns = w.paced.empty() ? 0 : w.paced.top().ns;
+    turn->pace_due_ns = w.sched.next_paced();
   }
   std::vector<std::function<void()>> exclusive;
   if (!w.exclusive.empty()) exclusive.swap(w.exclusive);

@@ -241,7 +241,7 @@ int Device::ModifyQp(uint32_t qpn, const transport::QpAttr& attr, uint32_t mask)
       return;
     }
     rc = e->qp->Modify(attr, mask);
-    if (rc == 0) Activate(e);
+    if (rc == 0) e->worker->sched.Activate(e);
     DeliverEvents(e);
   });
   return rc;
@@ -266,8 +266,7 @@ absl::Status Device::DestroyQpStopped(uint32_t qpn) {
   if (absl::Status s = objects_.CheckQpRemovable(qpn); !s.ok()) return s;
   QpEntry* e = objects_.FindQp(qpn);
   SendBeforeDestroy(e);
-  if (e->active) std::erase(e->worker->active, e);
-  if (e->timer_at != 0) --e->worker->armed;  // its timer entry is dropped when it comes up
+  e->worker->sched.Forget(e);  // its heap entries are dropped when they come up
   --e->worker->qps;
   if (measure_latency_) PrintLatency(port_.name, qpn, *e->qp);
   objects_.RemoveQp(qpn);
@@ -465,7 +464,7 @@ void Device::FailSrqQps(uint32_t srq) {
     if (e->srq != srq) continue;
     e->qp->Modify(err, transport::kAttrState);
     DeliverEvents(e.get());
-    Activate(e.get());
+    e->worker->sched.Activate(e.get());
   }
 }
 

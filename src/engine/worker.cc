@@ -82,37 +82,11 @@ bool Device::PollOnce(Worker& w) {
     for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
     busy |= n > 0;
   }
-  // Paced QPs whose time has come send again (one comparison when none).
-  if (!w.paced.empty()) [[unlikely]] {
-    const uint64_t t = NowNs();
-    while (!w.paced.empty() && w.paced.top().ns <= t) {
-      const Worker::Paced p = w.paced.top();
-      w.paced.pop();
-      auto it = objects_.qps.find(p.qpn);
-      if (it == objects_.qps.end() || it->second->worker != &w || it->second->paced_at != p.ns) continue;
-      it->second->paced_at = 0;
-      Activate(it->second.get());
-    }
-  }
-  // Requesters with work. A QP leaves the list when it has nothing sendable.
-  for (size_t i = 0; i < w.active.size();) {
-    QpEntry* e = w.active[i];
-    const bool more = e->qp->PollSend(kSendBudget);
-    DeliverEvents(e);
-    if (const uint64_t until = e->qp->paced_until(); until != 0 && e->paced_at != until) [[unlikely]] {
-      e->paced_at = until;
-      w.paced.push({until, e->qp->qpn()});
-    }
-    ArmTimer(e);
-    if (more) {
-      busy = true;
-      ++i;
-    } else {
-      e->active = false;
-      w.active[i] = w.active.back();
-      w.active.pop_back();
-    }
-  }
+  // Paced QPs whose time has come send again (one comparison when none),
+  // then every QP with work sends.
+  auto find = [&w](uint32_t qpn) { return w.Find(qpn); };
+  if (w.sched.has_paced()) [[unlikely]] w.sched.RunPaced(NowNs(), find);
+  busy |= w.sched.PollActive(kSendBudget, [this](QpEntry* e) { DeliverEvents(e); }, find);
   if (w.index == 0 && gsi_pending_.load(std::memory_order_relaxed)) busy |= DrainGsi(w);
   if (!w.mcast_loop.empty()) {
     LoopBackMulticast(w);
@@ -149,11 +123,9 @@ bool Device::PollOnce(Worker& w) {
   return busy;
 }
 
-void Device::Activate(QpEntry* e) {
-  if (!e->active) {
-    e->active = true;
-    e->worker->active.push_back(e);
-  }
+QpEntry* Worker::Find(uint32_t qpn) const {
+  auto it = dev->objects_.qps.find(qpn);
+  return it != dev->objects_.qps.end() && it->second->worker == this ? it->second.get() : nullptr;
 }
 
 void Device::HandleDoorbells(Worker& w) {
@@ -164,7 +136,7 @@ void Device::HandleDoorbells(Worker& w) {
     e->shared->doorbell_pending.exchange(0, std::memory_order_acq_rel);
     e->qp->OnRecvDoorbell();
     DeliverEvents(e);
-    Activate(e);
+    e->worker->sched.Activate(e);
   };
   uint32_t qpn;
   while (w.doorbells.Pop(&qpn)) {
@@ -206,59 +178,10 @@ bool Device::SourcesNonEmpty(const Worker& w) const {
   return false;
 }
 
-void Device::ArmTimer(QpEntry* e) {
-  Worker& w = *e->worker;
-  if (!e->qp->HasOutstanding()) {
-    if (e->timer_at != 0) {  // everything acknowledged: its entry goes stale
-      e->timer_at = 0;
-      --w.armed;
-    }
-    return;
-  }
-  if (e->timer_at != 0 && !e->qp->timer_may_move_earlier()) return;
-  const uint64_t due = std::max<uint64_t>(e->qp->TimerDue(), 1);
-  if (due == transport::Qp::kNoTimer || (e->timer_at != 0 && e->timer_at <= due)) return;
-  if (e->timer_at == 0) ++w.armed;
-  e->timer_at = due;
-  w.timers.push({due, e->qp->qpn()});
-  // Stale entries (QPs that finished or went) wait for their time; keep
-  // them from piling up when QPs come and go faster than their timeouts.
-  if (w.timers.size() > 2 * size_t{w.armed} + 1024) [[unlikely]] CompactTimers(w);
-}
-
-void Device::CompactTimers(Worker& w) {
-  std::vector<Worker::Timer> live;
-  live.reserve(w.armed);
-  for (; !w.timers.empty(); w.timers.pop()) {
-    const Worker::Timer& t = w.timers.top();
-    auto it = objects_.qps.find(t.qpn);
-    if (it != objects_.qps.end() && it->second->worker == &w && it->second->timer_at == t.ns) live.push_back(t);
-  }
-  for (const Worker::Timer& t : live) w.timers.push(t);
-}
-
 // Runs the transport timers that are due (at most once a tick for each QP).
 void Device::RunTimers(Worker& w, uint64_t now) {
-  while (!w.timers.empty() && w.timers.top().ns <= now) {
-    const Worker::Timer t = w.timers.top();
-    w.timers.pop();
-    auto it = objects_.qps.find(t.qpn);
-    if (it == objects_.qps.end() || it->second->worker != &w || it->second->timer_at != t.ns) continue;
-    QpEntry* e = it->second.get();
-    e->timer_at = 0;
-    --w.armed;
-    if (e->qp->TimerDue() <= now) {
-      e->qp->OnTimer(now);
-      DeliverEvents(e);
-      Activate(e);  // a timeout or RNR expiry may have made packets sendable
-    }
-    uint64_t due = e->qp->TimerDue();
-    if (due == transport::Qp::kNoTimer) continue;
-    due = std::max(due, now + kTimerTickNs);  // a state that ignores its timer: look again next tick
-    e->timer_at = due;
-    ++w.armed;
-    w.timers.push({due, t.qpn});
-  }
+  w.sched.RunTimers(
+      now, kTimerTickNs, [&w](uint32_t qpn) { return w.Find(qpn); }, [this](QpEntry* e) { DeliverEvents(e); });
   if (w.index != 0) return;
   // Device-wide timers run on worker 0.
   for (cq::CqProducer* p : objects_.ticked_cqs) p->Tick(now);
@@ -476,10 +399,8 @@ void Device::LearnSender(Worker& w, const wire::PacketView& v) {
 void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   e->qp->OnPacket(v);
   DeliverEvents(e);
-  // An ACK may have opened the window; a request may have left READ
-  // responses or ACKs to send.
-  if ((v.info->mask & wire::kMaskResponse) || e->qp->HasResponses()) Activate(e);
-  ArmTimer(e);
+  Worker& w = *e->worker;
+  w.sched.AfterPacket(e, v.info->mask & wire::kMaskResponse, [&w](uint32_t qpn) { return w.Find(qpn); });
 }
 
 uint64_t Worker::NowNs() { return Device::NowNs(); }

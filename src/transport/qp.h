@@ -286,8 +286,11 @@ class Qp {
     return due;
   }
   bool rnr_waiting() const { return rnr_wait_; }
-  // TimerDue may now be earlier than when it was last read.
-  bool timer_may_move_earlier() const { return rnr_wait_ || adp_.on || (sr_.on && sr_.rto_us == 0); }
+  // TimerDue may now be earlier than when it was last read: an RNR wait
+  // began, adaptive retransmission is on, or selective repeat is (its RTO,
+  // shorter than the ACK timeout, starts to count once the peer agreed to
+  // it, which may be after the timer was read).
+  bool timer_may_move_earlier() const { return rnr_wait_ || adp_.on || sr_.on; }
   // Selective repeat's retransmission timeout now (SelectiveRepeat::rto_us),
   // in ns: the fixed one, or the estimate backed off by the timeouts since
   // the last progress.

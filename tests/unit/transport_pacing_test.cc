@@ -174,7 +174,7 @@ void PacedTransfer(uint32_t kbps, uint32_t len, uint8_t mtu, uint32_t burst = 1)
   r.state = QpState::kRts;
   r.rate_limit = kbps;
   r.max_burst_sz = burst;
-  ASSERT_EQ(0, a.qp->Modify(r, kAttrState | kAttrRateLimit));
+  ASSERT_EQ(0, a.Modify(r, kAttrState | kAttrRateLimit));
   EXPECT_EQ(a.qp->attr().rate_limit, kbps);
   // a's requests as they leave.
   std::vector<std::pair<uint64_t, uint32_t>> seen;  // (ns, frame bytes)
@@ -250,14 +250,14 @@ TEST(TransportPacing, ModifyRules) {
   QpAttr r;
   r.state = QpState::kRts;
   r.rate_limit = kMaxRateLimitKbps + 1;
-  EXPECT_EQ(EINVAL, p.a.qp->Modify(r, kAttrState | kAttrRateLimit));
+  EXPECT_EQ(EINVAL, p.a.Modify(r, kAttrState | kAttrRateLimit));
   r.rate_limit = 5000;
-  EXPECT_EQ(0, p.a.qp->Modify(r, kAttrState | kAttrRateLimit));
+  EXPECT_EQ(0, p.a.Modify(r, kAttrState | kAttrRateLimit));
   r.rate_limit = 0;
-  EXPECT_EQ(0, p.a.qp->Modify(r, kAttrState | kAttrRateLimit));
+  EXPECT_EQ(0, p.a.Modify(r, kAttrState | kAttrRateLimit));
   EXPECT_EQ(p.a.qp->attr().rate_limit, 0u);
   r.state = QpState::kSqd;
-  EXPECT_EQ(EINVAL, p.a.qp->Modify(r, kAttrState | kAttrRateLimit));  // not RTS to SQD
+  EXPECT_EQ(EINVAL, p.a.Modify(r, kAttrState | kAttrRateLimit));  // not RTS to SQD
 }
 
 // DROCE_RATE: QpInit's rate paces a QP from its creation, and again after
@@ -269,7 +269,7 @@ TEST(TransportPacing, DefaultRateFromInit) {
   EXPECT_EQ(p.a.qp->attr().rate_limit, 20'000u);
   QpAttr r;
   r.state = QpState::kReset;
-  ASSERT_EQ(0, p.a.qp->Modify(r, kAttrState));
+  ASSERT_EQ(0, p.a.Modify(r, kAttrState));
   EXPECT_EQ(p.a.qp->attr().rate_limit, 20'000u);
 }
 

@@ -373,7 +373,7 @@ TEST(TransportSim, QueuedAckLeavesBeforeTheQpGoesToError) {
   ASSERT_TRUE(b.qp->HasResponses()) << "the test needs the ACK still queued";
   transport::QpAttr err;
   err.state = transport::QpState::kErr;
-  ASSERT_EQ(b.qp->Modify(err, transport::kAttrState), 0);
+  ASSERT_EQ(b.Modify(err, transport::kAttrState), 0);
   ASSERT_TRUE(p.net.Run([&] { return a.scq_c->Poll(c.data(), 8) == 1; }));
   EXPECT_EQ(c[0].status, queue::wc::kSuccess) << "the SEND was delivered; its ACK must not be lost";
   EXPECT_EQ(a.env->stats.retry_exceeded_err, 0u);
@@ -448,17 +448,17 @@ TEST(QpStateMachine, RejectsMissingAndExtraAttributes) {
   QpAttr attr;
   attr.state = QpState::kInit;
   // RESET→INIT for RC needs PKEY_INDEX, PORT and ACCESS_FLAGS.
-  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState | transport::kAttrPort));
+  EXPECT_EQ(EINVAL, a.Modify(attr, transport::kAttrState | transport::kAttrPort));
   // QKEY is not an RC attribute.
-  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState | transport::kAttrPkeyIndex |
+  EXPECT_EQ(EINVAL, a.Modify(attr, transport::kAttrState | transport::kAttrPkeyIndex |
                                            transport::kAttrPort | transport::kAttrAccessFlags |
                                            transport::kAttrQkey));
   EXPECT_EQ(QpState::kReset, a.qp->state());
   // RESET→RTR skips INIT.
   attr.state = QpState::kRtr;
-  EXPECT_EQ(EINVAL, a.qp->Modify(attr, transport::kAttrState));
+  EXPECT_EQ(EINVAL, a.Modify(attr, transport::kAttrState));
   attr.state = QpState::kErr;
-  EXPECT_EQ(0, a.qp->Modify(attr, transport::kAttrState));
+  EXPECT_EQ(0, a.Modify(attr, transport::kAttrState));
   EXPECT_EQ(QpState::kErr, a.qp->state());
 }
 

@@ -339,8 +339,8 @@ TEST(TransportXrc, ModifyTable) {
   a.state = QpState::kInit;
   const uint32_t init_mask = transport::kAttrState | transport::kAttrPkeyIndex | transport::kAttrPort |
                              transport::kAttrAccessFlags;
-  ASSERT_EQ(0, t.qp->Modify(a, init_mask));
-  ASSERT_EQ(0, i.qp->Modify(a, init_mask));
+  ASSERT_EQ(0, t.Modify(a, init_mask));
+  ASSERT_EQ(0, i.Modify(a, init_mask));
   a.state = QpState::kRtr;
   a.av = SimQp::AvTo(0x0A000004);
   a.path_mtu = 3;
@@ -348,15 +348,15 @@ TEST(TransportXrc, ModifyTable) {
   const uint32_t rtr = transport::kAttrState | transport::kAttrAv | transport::kAttrPathMtu |
                        transport::kAttrDestQpn | transport::kAttrRqPsn;
   const uint32_t resp = transport::kAttrMaxDestRdAtomic | transport::kAttrMinRnrTimer;
-  EXPECT_EQ(EINVAL, t.qp->Modify(a, rtr));
-  EXPECT_EQ(0, t.qp->Modify(a, rtr | resp));
-  EXPECT_EQ(EINVAL, i.qp->Modify(a, rtr | resp));
-  EXPECT_EQ(0, i.qp->Modify(a, rtr));
+  EXPECT_EQ(EINVAL, t.Modify(a, rtr));
+  EXPECT_EQ(0, t.Modify(a, rtr | resp));
+  EXPECT_EQ(EINVAL, i.Modify(a, rtr | resp));
+  EXPECT_EQ(0, i.Modify(a, rtr));
   a.state = QpState::kRts;
   a.timeout = 14;
-  EXPECT_EQ(EINVAL, t.qp->Modify(a, transport::kAttrState | transport::kAttrSqPsn));
-  EXPECT_EQ(0, t.qp->Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout));
-  EXPECT_EQ(EINVAL, i.qp->Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout));
+  EXPECT_EQ(EINVAL, t.Modify(a, transport::kAttrState | transport::kAttrSqPsn));
+  EXPECT_EQ(0, t.Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout));
+  EXPECT_EQ(EINVAL, i.Modify(a, transport::kAttrState | transport::kAttrSqPsn | transport::kAttrTimeout));
 }
 
 }  // namespace

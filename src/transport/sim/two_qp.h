@@ -28,6 +28,7 @@
 #include "queue/shm.h"
 #include "transport/env.h"
 #include "transport/qp.h"
+#include "transport/scheduler.h"
 #include "wire/frame.h"
 
 namespace droce::transport::sim {
@@ -274,7 +275,10 @@ inline constexpr uint32_t kSimAccess =
 
 // One QP with its SQ/RQ rings, send and receive CQs and one registered
 // buffer, all on the environment `env`.
-struct SimQp {
+// It runs when its scheduler (SimNet's, once attached) says so, as a QP of
+// the engine's worker does: a post rings its doorbell (Doorbell), and so
+// does a modify made through Modify.
+struct SimQp : Schedulable {
   static constexpr uint32_t kMaxSge = 4;
   static constexpr uint32_t kMaxInline = 64;  // fits the SQ slot of 4 SGEs
 
@@ -299,6 +303,18 @@ struct SimQp {
   AdaptiveRetrans adp;     // QpInit::adp (DROCE_ADP_RETRANS), set before Init
   uint32_t xrcd = 0;       // an XRC target's domain, set before Init
   uint32_t sq_prod = 0, rq_prod = 0;
+  QpScheduler<SimQp>* sched = nullptr;  // set by SimNet::Attach
+
+  // New work for the QP (the engine's doorbell and ModifyQp activate it).
+  void Doorbell() {
+    if (sched != nullptr) sched->Activate(this);
+  }
+  // Qp::Modify, then activated as the engine's ModifyQp does.
+  int Modify(const QpAttr& a, uint32_t mask) {
+    const int e = qp->Modify(a, mask);
+    if (e == 0) Doorbell();
+    return e;
+  }
 
   void Init(SimLink* link, uint32_t qpn, uint32_t ip_addr, uint32_t depth, uint32_t cq_depth,
             size_t buf_len, QpType type = QpType::kRc, const wire::Ipv6Addr* ip6_addr = nullptr) {
@@ -424,7 +440,7 @@ struct SimQp {
       a.max_rd_atomic = o.max_rd_atomic;
       mask |= kAttrTimeout | kAttrRetryCnt | kAttrRnrRetry | kAttrMaxQpRdAtomic;
     }
-    return qp->Modify(a, mask);
+    return Modify(a, mask);
   }
 
   bool SqHasRoom() const { return sq_prod - sq.load_cons_acquire() < sq.size(); }
@@ -436,6 +452,7 @@ struct SimQp {
     std::memcpy(slot, &w, sizeof(w));
     std::memcpy(slot + sizeof(w), sges, sizeof(queue::Sge) * w.num_sge);
     sq.publish_prod(++sq_prod);
+    Doorbell();
   }
   // Posts a send WQE with kWqeInline and w.inline_len bytes of `data`.
   void PostInline(const queue::SendWqe& w, const uint8_t* data) {
@@ -443,6 +460,7 @@ struct SimQp {
     std::memcpy(slot, &w, sizeof(w));
     std::memcpy(slot + sizeof(w), data, w.inline_len);
     sq.publish_prod(++sq_prod);
+    Doorbell();
   }
   // One-SGE operation on [off, off + len) of the buffer.
   void PostOp(queue::WqeOp op, uint64_t wr_id, uint32_t off, uint32_t len, uint64_t raddr = 0,
@@ -462,7 +480,10 @@ struct SimQp {
   void PostSend(uint64_t wr_id, uint32_t off, uint32_t len, uint32_t lkey_override = 0) {
     PostOp(queue::WqeOp::kSend, wr_id, off, len, 0, 0, 0, 0, lkey_override);
   }
-  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) { PostRecvWqe(rq, &rq_prod, wr_id, Addr(off), len, key); }
+  void PostRecv(uint64_t wr_id, uint32_t off, uint32_t len) {
+    PostRecvWqe(rq, &rq_prod, wr_id, Addr(off), len, key);
+    Doorbell();
+  }
 };
 
 // Two (or more) QPs on one link, driven one loop turn at a time as the
@@ -473,21 +494,28 @@ class SimNet {
   SimNet(LinkFaults f, uint64_t seed) : link(f, seed) {}
   SimLink link;
 
-  void Attach(SimQp* q) { qps_.push_back(q); }
+  void Attach(SimQp* q) {
+    qps_.push_back(q);
+    q->sched = &sched_;
+    sched_.Activate(q);
+  }
 
   // One loop turn; returns false when nothing happened (no packet sent or
   // delivered, nothing in flight): the caller decides whether it is done.
   bool Step(unsigned budget = 16) {
     bool more = false;
     const uint64_t sent_before = link.stats.sent;
-    for (SimQp* q : qps_) more |= q->qp->PollSend(budget);
+    // The engine worker's turn (engine/worker.cc), in virtual time: paced
+    // QPs due, the active QPs' sends, the link's deliveries, the timers.
+    auto find = [this](uint32_t qpn) { return Find(qpn); };
+    sched_.RunPaced(link.clock, find);
+    more = sched_.PollActive(budget, [](SimQp*) {}, find);
     const uint32_t delivered = link.DeliverDue([&](const wire::PacketView& v) {
       if (tap && !tap(v)) return;
-      for (SimQp* q : qps_) {
-        if (q->qp->qpn() == v.bth.dqpn) {
-          q->qp->OnPacket(v);
-          return;
-        }
+      if (SimQp* q = Find(v.bth.dqpn); q != nullptr) {
+        q->qp->OnPacket(v);
+        sched_.AfterPacket(q, v.info->mask & wire::kMaskResponse, find);
+        return;
       }
       ++unrouted;  // a corrupted QPN that still passed the ICRC: impossible
     });
@@ -513,7 +541,7 @@ class SimNet {
       link.clock += 100'000;
     }
     link.clock = std::min(link.clock, paced);
-    for (SimQp* q : qps_) q->qp->OnTimer(link.clock);
+    sched_.RunTimers(link.clock, 1, find, [](SimQp*) {});
     return active || !link.idle() || paced != UINT64_MAX;
   }
 
@@ -534,7 +562,15 @@ class SimNet {
   uint64_t unrouted = 0;
 
  private:
+  SimQp* Find(uint32_t qpn) const {
+    for (SimQp* q : qps_) {
+      if (q->qp->qpn() == qpn) return q;
+    }
+    return nullptr;
+  }
+
   std::vector<SimQp*> qps_;
+  QpScheduler<SimQp> sched_;
 };
 
 // Two QPs, 0x11 at 10.0.0.1 (and fd78:1::11) and 0x22 at 10.0.0.2 (and
