@@ -82,9 +82,10 @@ class GsiSink {
   virtual void OnGsi(const GsiMad& mad) = 0;
 };
 
-// One worker of a device: its queues on the link, the QPs it owns and their
-// transport environment. Fields below `drive_lock` belong to whoever holds
-// it (worker.cc).
+// One worker of a device: its queues on the link, the QPs it runs and their
+// transport environment, and its turn (worker.cc). Fields below
+// `drive_lock` belong to whoever holds it; what the device's workers share
+// (the object table, the port's addressing) it reaches through `dev`.
 struct Worker final : transport::TransportEnv {
   Device* dev = nullptr;
   uint16_t index = 0;  // also its rx/tx queue on the link
@@ -168,6 +169,41 @@ struct Worker final : transport::TransportEnv {
   // The trace ring this worker's turns stamp (DROCE_TRACE clock=turn;
   // transport/trace.h), else nullptr. Set with every worker stopped.
   transport::TraceSink* trace_turn = nullptr;
+
+  // The turn (worker.cc), run by whoever holds drive_lock: doorbells, the
+  // receive burst and the frames other workers handed over, the QPs'
+  // sends, the timers, one transmit flush. Returns whether it found work.
+  bool Turn();
+  void HandleDoorbells();
+  bool SourcesNonEmpty() const;
+  // Receive dispatch. `handed`: the frame was received by another worker
+  // and handed to this one.
+  void HandleFrame(rte_mbuf* m, bool handed);
+  // A RoCE packet to a multicast address: to every QP attached to its group
+  // (this worker's; other workers get a copy of `m` unless it was handed).
+  void HandleMulticast(const wire::PacketView& v, rte_mbuf* m, bool handed);
+  // A validated packet for one of this worker's QPs.
+  void DeliverPacket(QpEntry* e, const wire::PacketView& v);
+  // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
+  void LearnSender(const wire::PacketView& v);
+  // Passes a received frame to the worker that runs its QP (outbox), and
+  // puts the outboxes' frames into their targets' inboxes.
+  void HandOff(Worker& to, rte_mbuf* m);
+  void FlushHandoffs();
+  void FlushHandoff(Worker& to);
+  // Delivers the multicast frames this worker sent to the device's
+  // attached QPs, and the frames it sent to the port's own address.
+  void LoopBackMulticast();
+  void LoopBackSelf();
+  // The transport timers due (and, on worker 0, the device's).
+  void RunTimers(uint64_t now);
+  // Transmit: the queued frames to the link (through the fault stage and
+  // capture).
+  void FlushTx();
+  // DestroyQp, every drive lock held: sends what was posted on e's send
+  // queue and not yet seen by a turn.
+  void SendBeforeDestroy(QpEntry* e);
+
   bool AllocFrame(uint32_t len, transport::TxFrame* frame) override;
   void SendFrame(const transport::TxFrame& frame, uint32_t len) override;
   bool ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) override;
@@ -464,41 +500,17 @@ class Device final : public Session {
   void Watch(Worker& w, WatchState& ws);
   static void LeaveRealtime();
 
-  // worker.cc: one turn of a worker, its receive dispatch and transmit.
-  bool PollOnce(Worker& w);
+  // worker.cc
   // PollOnce, turning an exception that escapes the engine into a dead
   // device instead of unwinding into the application (port_state.cc).
   bool PollOnceGuarded(Worker& w);
-  void HandleDoorbells(Worker& w);
-  bool SourcesNonEmpty(const Worker& w) const;
-  // `handed`: the frame was received by another worker and handed to w.
-  void HandleFrame(Worker& w, rte_mbuf* m, bool handed);
-  // Passes a received frame to the worker that owns its QP.
-  void HandOff(Worker& from, Worker& to, rte_mbuf* m);
-  // Puts the outboxes' frames into their targets' inboxes.
-  void FlushHandoffs(Worker& from);
-  void FlushHandoff(Worker& from, Worker& to);
-  // A RoCE packet to a multicast address: to every QP attached to its group
-  // (w's own; other workers get a copy of `m` unless it was handed).
-  void HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed);
-  // A validated packet for one of w's QPs.
-  void DeliverPacket(QpEntry* e, const wire::PacketView& v);
-  // Learns the MAC of a RoCE packet's sender (replies need no ARP or ND).
-  void LearnSender(Worker& w, const wire::PacketView& v);
   // A parsed packet's destination IP is the port's.
   bool ForPort(const wire::PacketView& v) const { return v.ipv6 ? has_ip6_ && v.dip6 == ip6_ : v.dip == port_.ip; }
-  // Delivers the multicast frames w sent to the device's attached QPs.
-  void LoopBackMulticast(Worker& w);
-  void LoopBackSelf(Worker& w);
   bool IsOwnAddress(const uint8_t* frame, uint32_t len) const;
-  void FlushTx(Worker& w);
-  // DestroyQp, every drive lock held: sends what was posted on e's send
-  // queue and not yet seen by a turn.
-  void SendBeforeDestroy(QpEntry* e);
-  // The transport timers due, and worker 0's device-wide ticks.
-  void RunTimers(Worker& w, uint64_t now);
   // Whether a CQ holds back a moderated event (worker 0 must not sleep).
   bool CqEventHeld() const;
+  // Device-wide timers, on worker 0's turn: moderated CQs, the link state.
+  void TickDevice(Worker& w0, uint64_t now);
 
   // verbs.cc
   // DestroyQp with every worker stopped.

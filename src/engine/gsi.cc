@@ -35,7 +35,7 @@ void Device::HandleGsi(Worker& w, const wire::PacketView& v) {
     Bump(w.stats.gsi_drop);
     return;
   }
-  LearnSender(w, v);
+  w.LearnSender(v);
   GsiMad mad;
   mad.sgid = v.sip6;
   mad.dgid = v.dip6;
@@ -155,7 +155,7 @@ bool Device::DrainGsi(Worker& w) {
   }
   // On the link now, not at the end of the turn: FlushGsi's waiter may be a
   // process about to exit.
-  if (sent) FlushTx(w);
+  if (sent) w.FlushTx();
   if (done != 0) gsi_done_.fetch_add(done, std::memory_order_release);
   std::lock_guard<std::mutex> l(gsi_mu_);
   for (const auto& g : resolved) {

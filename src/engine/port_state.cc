@@ -151,7 +151,7 @@ bool Device::PollOnceGuarded(Worker& w) {
   } end_turn{w};
   // The device dies with every worker stopped, after this turn (DriveLocked).
   try {
-    return PollOnce(w);
+    return w.Turn();
   } catch (const std::exception& ex) {
     w.exclusive.push_back([this, why = std::string(ex.what())] { EnterFatal(why.c_str()); });
   } catch (...) {

@@ -446,7 +446,7 @@ void Device::IdleBackoff(Worker& w, unsigned idle, const Turn& turn, uint64_t* l
 // Whether a sleeping worker has a reason to wake at once: a control call,
 // doorbells, frames from another worker, QPs to activate.
 bool Device::WakeReason(const Worker& w) const {
-  return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w) ||
+  return ctl_pending_.load(std::memory_order_relaxed) != 0 || w.doorbells.MaybeNonEmpty() || w.SourcesNonEmpty() ||
          w.activate_all.load(std::memory_order_relaxed) || (w.inbox != nullptr && !rte_ring_empty(w.inbox));
 }
 

@@ -265,7 +265,7 @@ absl::Status Device::DestroyQpStopped(uint32_t qpn) {
   AssertStopped("DestroyQpStopped");
   if (absl::Status s = objects_.CheckQpRemovable(qpn); !s.ok()) return s;
   QpEntry* e = objects_.FindQp(qpn);
-  SendBeforeDestroy(e);
+  e->worker->SendBeforeDestroy(e);
   e->worker->sched.Forget(e);  // its heap entries are dropped when they come up
   --e->worker->qps;
   if (measure_latency_) PrintLatency(port_.name, qpn, *e->qp);

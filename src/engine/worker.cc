@@ -43,83 +43,83 @@ constexpr uint64_t kTimerBacklogGraceNs = 1'000'000;
 
 }  // namespace
 
-bool Device::PollOnce(Worker& w) {
+bool Worker::Turn() {
   bool busy = false;
   // The turn's completions become visible when it ends, after FlushTx has
   // given the link the ACKs they owe (cq.h, CqTurnHold).
   cq::CqTurnHold hold;
-  if (w.activate_all.load(std::memory_order_relaxed) && w.activate_all.exchange(false, std::memory_order_acquire)) {
-    ActivateOwnQps(w);
+  if (activate_all.load(std::memory_order_relaxed) && activate_all.exchange(false, std::memory_order_acquire)) {
+    dev->ActivateOwnQps(*this);
   }
-  if (w.doorbells.MaybeNonEmpty() || SourcesNonEmpty(w)) {
-    HandleDoorbells(w);
+  if (doorbells.MaybeNonEmpty() || SourcesNonEmpty()) {
+    HandleDoorbells();
     busy = true;
   }
   rte_mbuf* rx[kRxBurst];
   // A memif client not connected yet has no started port to poll.
-  uint16_t n = dead() || !dpdk_.started() ? 0 : rte_eth_rx_burst(dpdk_.port_id(), w.index, rx, kRxBurst);
+  uint16_t n = dev->dead() || !dev->dpdk_.started() ? 0 : rte_eth_rx_burst(dev->dpdk_.port_id(), index, rx, kRxBurst);
   busy |= n > 0;
   const bool rx_backlog = n == kRxBurst;
   // The lab's fault stage and capture, receive side (fault_stage.h,
   // capture_tap.h): one branch each when off.
-  CaptureTap* const tap = w.capture.get();
-  if (w.fault != nullptr) [[unlikely]] n = w.fault->OnRx(rx, n, NowNs(), tap);
+  CaptureTap* const tap = capture.get();
+  if (fault != nullptr) [[unlikely]] n = fault->OnRx(rx, n, NowNs(), tap);
   if (tap != nullptr) [[unlikely]] tap->Frames(lab::Capture::kRxEngine, rx, n);
   for (uint16_t i = 0; i < n; ++i) {
     if (i + 1 < n) rte_prefetch0(rte_pktmbuf_mtod(rx[i + 1], void*));
-    HandleFrame(w, rx[i], /*handed=*/false);
+    HandleFrame(rx[i], /*handed=*/false);
   }
-  if (w.fault != nullptr) [[unlikely]] {
-    w.fault->ReleaseRx(NowNs(), [this, &w, tap](rte_mbuf* m) {
+  if (fault != nullptr) [[unlikely]] {
+    fault->ReleaseRx(NowNs(), [this, tap](rte_mbuf* m) {
       if (tap != nullptr) [[unlikely]] tap->Add(lab::Capture::kRxEngine, m);
-      HandleFrame(w, m, /*handed=*/false);
+      HandleFrame(m, /*handed=*/false);
     });
     if (tap != nullptr) [[unlikely]] tap->Commit(lab::Capture::kRxEngine);
   }
-  if (w.handoff_pending != 0) FlushHandoffs(w);
-  if (w.inbox != nullptr) {
-    n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(w.inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
-    for (uint16_t i = 0; i < n; ++i) HandleFrame(w, rx[i], /*handed=*/true);
+  if (handoff_pending != 0) FlushHandoffs();
+  if (inbox != nullptr) {
+    n = static_cast<uint16_t>(rte_ring_sc_dequeue_burst(inbox, reinterpret_cast<void**>(rx), kRxBurst, nullptr));
+    for (uint16_t i = 0; i < n; ++i) HandleFrame(rx[i], /*handed=*/true);
     busy |= n > 0;
   }
   // Paced QPs whose time has come send again (one comparison when none),
   // then every QP with work sends.
-  auto find = [&w](uint32_t qpn) { return w.Find(qpn); };
-  if (w.sched.has_paced()) [[unlikely]] w.sched.RunPaced(NowNs(), find);
-  busy |= w.sched.PollActive(kSendBudget, [this](QpEntry* e) { DeliverEvents(e); }, find);
-  if (w.index == 0 && gsi_pending_.load(std::memory_order_relaxed)) busy |= DrainGsi(w);
-  if (!w.mcast_loop.empty()) {
-    LoopBackMulticast(w);
+  auto find = [this](uint32_t qpn) { return Find(qpn); };
+  if (sched.has_paced()) [[unlikely]] sched.RunPaced(NowNs(), find);
+  busy |= sched.PollActive(kSendBudget, [this](QpEntry* e) { dev->DeliverEvents(e); }, find);
+  if (index == 0 && dev->gsi_pending_.load(std::memory_order_relaxed)) busy |= dev->DrainGsi(*this);
+  if (!mcast_loop.empty()) {
+    LoopBackMulticast();
     busy = true;
   }
-  if (!w.self_loop.empty()) {
-    LoopBackSelf(w);
+  if (!self_loop.empty()) {
+    LoopBackSelf();
     busy = true;
   }
-  const uint64_t now = w.turn_ns;  // the turn's one clock reading
-  w.last_poll_ns = now;
-  if (now - w.last_timer_ns >= kTimerTickNs) {
+  const uint64_t now = turn_ns;  // the turn's one clock reading
+  last_poll_ns = now;
+  if (now - last_timer_ns >= kTimerTickNs) {
     // The tick also dates the turn for Kick and the watch (Turn::timer_ns),
     // so it moves on even while the timers wait.
-    w.last_timer_ns = now;
-    if (!rx_backlog || now - w.timers_ran_ns >= kTimerTickNs + kTimerBacklogGraceNs) {
-      w.timers_ran_ns = now;
-      RunTimers(w, now);
+    last_timer_ns = now;
+    if (!rx_backlog || now - timers_ran_ns >= kTimerTickNs + kTimerBacklogGraceNs) {
+      timers_ran_ns = now;
+      RunTimers(now);
     }
   }
-  if (!w.tx.empty() || (w.fault != nullptr && w.fault->holding())) {
-    busy |= !w.tx.empty();  // frames only held are no work yet (Turn::pending keeps the loop awake)
-    FlushTx(w);
+  if (!tx.empty() || (fault != nullptr && fault->holding())) {
+    busy |= !tx.empty();  // frames only held are no work yet (Turn::pending keeps the loop awake)
+    FlushTx();
   }
   // The workers handed frames this turn look at their inbox now (frames
   // handed after the receive step, e.g. by LoopBackSelf, go in first).
-  if (w.handoff_pending != 0) FlushHandoffs(w);
-  for (uint32_t t = w.handoff_targets; t != 0; t &= t - 1) Wake(*workers_[__builtin_ctz(t)]);
-  w.handoff_targets = 0;
+  if (handoff_pending != 0) FlushHandoffs();
+  for (uint32_t t = handoff_targets; t != 0; t &= t - 1) dev->Wake(*dev->workers_[__builtin_ctz(t)]);
+  handoff_targets = 0;
   // A capture that reached its bounds costs nothing more, nor a fault stage
   // whose rules were cleared (droce ctl fault clear) once it holds nothing.
-  if (tap != nullptr && !tap->live()) [[unlikely]] w.capture.reset();
-  if (w.fault != nullptr && w.fault->engine().rules() == 0 && !w.fault->holding()) [[unlikely]] w.fault.reset();
+  if (tap != nullptr && !tap->live()) [[unlikely]] capture.reset();
+  if (fault != nullptr && fault->engine().rules() == 0 && !fault->holding()) [[unlikely]] fault.reset();
   return busy;
 }
 
@@ -128,64 +128,66 @@ QpEntry* Worker::Find(uint32_t qpn) const {
   return it != dev->objects_.qps.end() && it->second->worker == this ? it->second.get() : nullptr;
 }
 
-void Device::HandleDoorbells(Worker& w) {
+void Worker::HandleDoorbells() {
   auto ring = [this](QpEntry* e) {
     // Clear the flag with an RMW so that it reads the provider's exchange and
     // its ring writes become visible (acquire); a doorbell rung after this
     // point enqueues the QP again.
     e->shared->doorbell_pending.exchange(0, std::memory_order_acq_rel);
     e->qp->OnRecvDoorbell();
-    DeliverEvents(e);
+    dev->DeliverEvents(e);
     e->worker->sched.Activate(e);
   };
   uint32_t qpn;
-  while (w.doorbells.Pop(&qpn)) {
+  while (doorbells.Pop(&qpn)) {
     // A QPN rung before its QP was destroyed may name a new QP of another
     // worker by now; that one's doorbells go to its own worker.
-    auto it = objects_.qps.find(qpn);
-    if (it != objects_.qps.end() && it->second->worker == &w) ring(it->second.get());
+    auto it = dev->objects_.qps.find(qpn);
+    if (it != dev->objects_.qps.end() && it->second->worker == this) ring(it->second.get());
   }
-  if (w.doorbells.TakeOverflow()) {
-    for (auto& [n, e] : objects_.qps) {
-      if (e->worker == &w) ring(e.get());
+  if (doorbells.TakeOverflow()) {
+    for (auto& [n, e] : dev->objects_.qps) {
+      if (e->worker == this) ring(e.get());
     }
   }
   // droced: each client's queue rings only that client's QPs; a QPN that is
   // not one of them (a stale one, or a client naming another's QP) is
   // ignored and counted.
-  for (DoorbellSource* src : w.sources) {
-    queue::DoorbellQueue& q = *src->queues[w.index];
+  for (DoorbellSource* src : sources) {
+    queue::DoorbellQueue& q = *src->queues[index];
     while (q.Pop(&qpn)) {
-      auto it = objects_.qps.find(qpn);
-      if (it != objects_.qps.end() && it->second->worker == &w && it->second->owner == src->owner) {
+      auto it = dev->objects_.qps.find(qpn);
+      if (it != dev->objects_.qps.end() && it->second->worker == this && it->second->owner == src->owner) {
         ring(it->second.get());
       } else {
-        Bump(w.stats.foreign_doorbells);
+        Bump(stats.foreign_doorbells);
       }
     }
     if (q.TakeOverflow()) {
-      for (auto& [n, e] : objects_.qps) {
-        if (e->worker == &w && e->owner == src->owner) ring(e.get());
+      for (auto& [n, e] : dev->objects_.qps) {
+        if (e->worker == this && e->owner == src->owner) ring(e.get());
       }
     }
   }
 }
 
-bool Device::SourcesNonEmpty(const Worker& w) const {
-  for (const DoorbellSource* src : w.sources) {
-    if (src->queues[w.index]->MaybeNonEmpty()) return true;
+bool Worker::SourcesNonEmpty() const {
+  for (const DoorbellSource* src : sources) {
+    if (src->queues[index]->MaybeNonEmpty()) return true;
   }
   return false;
 }
 
 // Runs the transport timers that are due (at most once a tick for each QP).
-void Device::RunTimers(Worker& w, uint64_t now) {
-  w.sched.RunTimers(
-      now, kTimerTickNs, [&w](uint32_t qpn) { return w.Find(qpn); }, [this](QpEntry* e) { DeliverEvents(e); });
-  if (w.index != 0) return;
-  // Device-wide timers run on worker 0.
+void Worker::RunTimers(uint64_t now) {
+  sched.RunTimers(
+      now, kTimerTickNs, [this](uint32_t qpn) { return Find(qpn); }, [this](QpEntry* e) { dev->DeliverEvents(e); });
+  if (index == 0) dev->TickDevice(*this, now);
+}
+
+void Device::TickDevice(Worker& w0, uint64_t now) {
   for (cq::CqProducer* p : objects_.ticked_cqs) p->Tick(now);
-  PollLinkState(w);
+  PollLinkState(w0);
 }
 
 bool Device::CqEventHeld() const {
@@ -195,7 +197,7 @@ bool Device::CqEventHeld() const {
   return false;
 }
 
-void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
+void Worker::HandleFrame(rte_mbuf* m, bool handed) {
   // Multi-segment frames (jumbo frames on memif) are linearised here; the
   // parser reads one contiguous buffer.
   alignas(64) static thread_local uint8_t scratch[9216 + 64];
@@ -206,7 +208,7 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   } else if (len <= sizeof(scratch)) {
     f = static_cast<const uint8_t*>(rte_pktmbuf_read(m, 0, len, scratch));
   } else {
-    Bump(w.stats.malformed_pkts);
+    Bump(stats.malformed_pkts);
     rte_pktmbuf_free(m);
     return;
   }
@@ -215,22 +217,22 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
     // address filter (and the kernel, for PACKET_OTHERHOST) drops it: over
     // af_packet the socket also sees what other programs on the host send
     // through the interface, which must not count as bad RoCE here.
-    if (!(f[0] & 1) && std::memcmp(f, port_.mac.data(), 6) != 0) {
-      Bump(w.stats.other_host_drop);
+    if (!(f[0] & 1) && std::memcmp(f, dev->port_.mac.data(), 6) != 0) {
+      Bump(stats.other_host_drop);
       rte_pktmbuf_free(m);
       return;
     }
     // links & addressing: frames of another VLAN are not ours; ARP; ICMP and
     // ND below, where the RoCE parser turns them away as not UDP.
-    if (!VlanAccepts(m, f, len)) {
-      Bump(w.stats.non_roce_drop);
+    if (!dev->VlanAccepts(m, f, len)) {
+      Bump(stats.non_roce_drop);
       rte_pktmbuf_free(m);
       return;
     }
     uint16_t type = wire::load_be16(f + 12);
     if (type == wire::kEtherTypeVlan && len >= wire::kEthLen + wire::kVlanLen) type = wire::load_be16(f + 16);
     if (type == wire::kEtherTypeArp) {
-      HandleArp(w, f, len);
+      dev->HandleArp(*this, f, len);
       rte_pktmbuf_free(m);
       return;
     }
@@ -238,111 +240,111 @@ void Device::HandleFrame(Worker& w, rte_mbuf* m, bool handed) {
   wire::PacketView v;
   const wire::ParseError err = wire::parse_frame({f, len}, &v);
   if (err != wire::ParseError::kOk) {
-    if (err == wire::ParseError::kNotUdp && HandleLocal(w, f, len)) {
+    if (err == wire::ParseError::kNotUdp && dev->HandleLocal(*this, f, len)) {
       rte_pktmbuf_free(m);
       return;
     }
     // UDP to another host's address (a broadcast or multicast MAC, or
     // promiscuous neighbours) is not ours, whatever else is wrong with it.
-    if (v.l4_offset != 0 && !wire::gid_is_multicast(v.dip6.data()) && !ForPort(v)) Bump(w.stats.other_host_drop);
-    else if (err == wire::ParseError::kBadIcrc) Bump(w.stats.icrc_err);
+    if (v.l4_offset != 0 && !wire::gid_is_multicast(v.dip6.data()) && !dev->ForPort(v)) Bump(stats.other_host_drop);
+    else if (err == wire::ParseError::kBadIcrc) Bump(stats.icrc_err);
     else if (err == wire::ParseError::kNotIpv4 || err == wire::ParseError::kNotUdp ||
              err == wire::ParseError::kNotRoce || err == wire::ParseError::kIpOptions ||
-             err == wire::ParseError::kIpFragment) Bump(w.stats.non_roce_drop);
-    else Bump(w.stats.malformed_pkts);
+             err == wire::ParseError::kIpFragment) Bump(stats.non_roce_drop);
+    else Bump(stats.malformed_pkts);
     rte_pktmbuf_free(m);
     return;
   }
   // dip6 is the IPv4-mapped address for IPv4 packets.
   if (wire::gid_is_multicast(v.dip6.data())) {
-    HandleMulticast(w, v, m, handed);
+    HandleMulticast(v, m, handed);
     rte_pktmbuf_free(m);
     return;
   }
-  if (!ForPort(v)) {
-    Bump(w.stats.other_host_drop);
+  if (!dev->ForPort(v)) {
+    Bump(stats.other_host_drop);
     rte_pktmbuf_free(m);
     return;
   }
   if (v.bth.dqpn == 1) {  // QP1: the connection manager's (gsi.cc)
-    HandleGsi(w, v);
+    dev->HandleGsi(*this, v);
     rte_pktmbuf_free(m);
     return;
   }
-  auto it = objects_.qps.find(v.bth.dqpn);
+  auto it = dev->objects_.qps.find(v.bth.dqpn);
   // A handed frame whose QP changed owners meanwhile (destroyed, its QPN
   // reused) is not passed on again.
-  if (it == objects_.qps.end() || (handed && it->second->worker != &w)) {
-    Bump(w.stats.unknown_qp);
+  if (it == dev->objects_.qps.end() || (handed && it->second->worker != this)) {
+    Bump(stats.unknown_qp);
     rte_pktmbuf_free(m);
     return;
   }
-  if (!handed) LearnSender(w, v);
+  if (!handed) LearnSender(v);
   QpEntry* e = it->second.get();
-  if (e->worker != &w) {
-    HandOff(w, *e->worker, m);
+  if (e->worker != this) {
+    HandOff(*e->worker, m);
     return;
   }
   DeliverPacket(e, v);
   rte_pktmbuf_free(m);
 }
 
-void Device::HandOff(Worker& from, Worker& to, rte_mbuf* m) {
-  Worker::Outbox& o = from.outbox[to.index];
+void Worker::HandOff(Worker& to, rte_mbuf* m) {
+  Worker::Outbox& o = outbox[to.index];
   o.m[o.n++] = m;
-  from.handoff_pending |= 1u << to.index;
-  if (o.n == Worker::Outbox::kSize) [[unlikely]] FlushHandoff(from, to);
+  handoff_pending |= 1u << to.index;
+  if (o.n == Worker::Outbox::kSize) [[unlikely]] FlushHandoff(to);
 }
 
-void Device::FlushHandoffs(Worker& from) {
-  for (uint32_t t = from.handoff_pending; t != 0; t &= t - 1) FlushHandoff(from, *workers_[__builtin_ctz(t)]);
+void Worker::FlushHandoffs() {
+  for (uint32_t t = handoff_pending; t != 0; t &= t - 1) FlushHandoff(*dev->workers_[__builtin_ctz(t)]);
 }
 
-void Device::FlushHandoff(Worker& from, Worker& to) {
-  Worker::Outbox& o = from.outbox[to.index];
+void Worker::FlushHandoff(Worker& to) {
+  Worker::Outbox& o = outbox[to.index];
   const unsigned put = rte_ring_mp_enqueue_burst(to.inbox, reinterpret_cast<void**>(o.m), o.n, nullptr);
   // What a full inbox did not take is a loss on the wire as far as the
   // peers can tell: RC retransmits, UC and UD drop the message.
   if (put != o.n) [[unlikely]] {
-    Bump(from.stats.handoff_drop, o.n - put);
+    Bump(stats.handoff_drop, o.n - put);
     rte_pktmbuf_free_bulk(o.m + put, o.n - put);
   }
-  Bump(from.stats.handoff_pkts, put);
+  Bump(stats.handoff_pkts, put);
   o.n = 0;
-  from.handoff_pending &= ~(1u << to.index);
-  if (put != 0) from.handoff_targets |= 1u << to.index;
+  handoff_pending &= ~(1u << to.index);
+  if (put != 0) handoff_targets |= 1u << to.index;
 }
 
 // Multicast (UD only): the group is the destination address, and each
 // attached QP gets the packet as if it had been addressed to it alone, with
 // its own state, Q_Key and receive-queue checks (as rxe_rcv_mcast_pkt).
 // Members owned by other workers get a copy of the frame each worker.
-void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, bool handed) {
+void Worker::HandleMulticast(const wire::PacketView& v, rte_mbuf* m, bool handed) {
   const std::vector<uint32_t>* members = nullptr;
-  switch (objects_.mcast.Route(v, &members)) {
-    case McastGroups::Verdict::kNotMulticastUd: Bump(w.stats.mcast_bad_drop); return;
-    case McastGroups::Verdict::kNoGroup: Bump(w.stats.mcast_no_group_drop); return;
+  switch (dev->objects_.mcast.Route(v, &members)) {
+    case McastGroups::Verdict::kNotMulticastUd: Bump(stats.mcast_bad_drop); return;
+    case McastGroups::Verdict::kNoGroup: Bump(stats.mcast_no_group_drop); return;
     case McastGroups::Verdict::kDeliver: break;
   }
   if (!handed) {
-    Bump(w.stats.mcast_rcvd_pkts);
-    if (v.smac != port_.mac) LearnSender(w, v);  // not from our own sends
+    Bump(stats.mcast_rcvd_pkts);
+    if (v.smac != dev->port_.mac) LearnSender(v);  // not from our own sends
   }
   // Delivering raises no control call, so the member list cannot change
   // while it is walked.
   uint32_t others = 0;
   for (uint32_t qpn : *members) {
-    auto it = objects_.qps.find(qpn);
-    if (it == objects_.qps.end()) continue;
-    if (it->second->worker == &w) DeliverPacket(it->second.get(), v);
+    auto it = dev->objects_.qps.find(qpn);
+    if (it == dev->objects_.qps.end()) continue;
+    if (it->second->worker == this) DeliverPacket(it->second.get(), v);
     else others |= 1u << it->second->worker->index;
   }
   if (handed) return;
   for (; others != 0; others &= others - 1) {
-    if (rte_mbuf* c = rte_pktmbuf_copy(m, dpdk_.pool(), 0, UINT32_MAX); c != nullptr) {
-      HandOff(w, *workers_[__builtin_ctz(others)], c);
+    if (rte_mbuf* c = rte_pktmbuf_copy(m, dev->dpdk_.pool(), 0, UINT32_MAX); c != nullptr) {
+      HandOff(*dev->workers_[__builtin_ctz(others)], c);
     } else {
-      Bump(w.stats.handoff_drop);
+      Bump(stats.handoff_drop);
     }
   }
 }
@@ -352,19 +354,19 @@ void Device::HandleMulticast(Worker& w, const wire::PacketView& v, rte_mbuf* m, 
 // returns every frame anyway, other links do not. The copies are delivered
 // after the loop turn's sends, never from inside the sending QP; a group
 // with no member here is no drop to count.
-void Device::LoopBackMulticast(Worker& w) {
-  for (rte_mbuf* m : w.mcast_loop) {
+void Worker::LoopBackMulticast() {
+  for (rte_mbuf* m : mcast_loop) {
     wire::PacketView v;
     const std::vector<uint32_t>* members = nullptr;
     if (m->nb_segs == 1 &&
         wire::parse_frame({rte_pktmbuf_mtod(m, const uint8_t*), rte_pktmbuf_data_len(m)}, &v) ==
             wire::ParseError::kOk &&
-        wire::gid_is_multicast(v.dip6.data()) && objects_.mcast.Route(v, &members) == McastGroups::Verdict::kDeliver) {
-      HandleMulticast(w, v, m, /*handed=*/false);
+        wire::gid_is_multicast(v.dip6.data()) && dev->objects_.mcast.Route(v, &members) == McastGroups::Verdict::kDeliver) {
+      HandleMulticast(v, m, /*handed=*/false);
     }
     rte_pktmbuf_free(m);
   }
-  w.mcast_loop.clear();
+  mcast_loop.clear();
 }
 
 // Whether an untagged frame goes to the port's own MAC and IPv4 or IPv6
@@ -382,25 +384,24 @@ bool Device::IsOwnAddress(const uint8_t* f, uint32_t len) const {
 // QPs). The frames go through the receive path as sent, after the turn's
 // sends, never from inside the sending QP; what they make (ACKs to
 // ourselves) is delivered the next turn.
-void Device::LoopBackSelf(Worker& w) {
-  std::swap(w.self_loop, w.self_scratch);
-  for (rte_mbuf* m : w.self_scratch) HandleFrame(w, m, /*handed=*/false);
-  w.self_scratch.clear();
+void Worker::LoopBackSelf() {
+  std::swap(self_loop, self_scratch);
+  for (rte_mbuf* m : self_scratch) HandleFrame(m, /*handed=*/false);
+  self_scratch.clear();
 }
 
-void Device::LearnSender(Worker& w, const wire::PacketView& v) {
+void Worker::LearnSender(const wire::PacketView& v) {
   // Learn the peer's MAC from its traffic: replies need no ARP or ND round
   // trip (off the IPv4 subnet, the gateway's MAC is what ARP resolves
   // instead; IPv6 destinations are all on the link).
-  if (v.ipv6) LearnNeighbor6(w, v.sip6, v.smac, /*create=*/true);
-  else if (NextHop(v.sip) == v.sip) LearnNeighbor(w, v.sip, v.smac, /*create=*/true);
+  if (v.ipv6) dev->LearnNeighbor6(*this, v.sip6, v.smac, /*create=*/true);
+  else if (dev->NextHop(v.sip) == v.sip) dev->LearnNeighbor(*this, v.sip, v.smac, /*create=*/true);
 }
 
-void Device::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
+void Worker::DeliverPacket(QpEntry* e, const wire::PacketView& v) {
   e->qp->OnPacket(v);
-  DeliverEvents(e);
-  Worker& w = *e->worker;
-  w.sched.AfterPacket(e, v.info->mask & wire::kMaskResponse, [&w](uint32_t qpn) { return w.Find(qpn); });
+  dev->DeliverEvents(e);
+  sched.AfterPacket(e, v.info->mask & wire::kMaskResponse, [this](uint32_t qpn) { return Find(qpn); });
 }
 
 uint64_t Worker::NowNs() { return Device::NowNs(); }
@@ -447,7 +448,7 @@ void Worker::SendFrame(const transport::TxFrame& f, uint32_t len) {
     return;
   }
   tx.push_back(m);
-  if (tx.size() >= kTxBurst) dev->FlushTx(*this);
+  if (tx.size() >= kTxBurst) FlushTx();
 }
 
 bool Worker::ResolveMac(const wire::Ipv6Addr& dgid, wire::MacAddr* mac) { return dev->ResolveMac(*this, dgid, mac); }
@@ -456,7 +457,7 @@ bool Worker::InvalidateRkey(uint32_t rkey, uint32_t pd) { return dev->Invalidate
 const transport::AddressHandle* Worker::FindAh(uint32_t id) { return dev->FindAh(id); }
 bool Worker::FindXrcSrq(uint32_t srqn, transport::XrcSrqRef* out) { return dev->FindXrcSrq(srqn, out); }
 
-void Device::SendBeforeDestroy(QpEntry* e) {
+void Worker::SendBeforeDestroy(QpEntry* e) {
   // Posts whose doorbell no turn has seen yet (rung just before, or left
   // by Kick for the thread's next poll) go out before the QP goes: a
   // program that posts and then destroys its QP without polling
@@ -464,46 +465,45 @@ void Device::SendBeforeDestroy(QpEntry* e) {
   // every drive lock held (RunOnWorker), as a turn would. Only from RTS: a
   // QP in another state would complete them in error, and a destroyed QP's
   // WQEs get no completions.
-  Worker& w = *e->worker;
   if (e->qp->state() != transport::QpState::kRts) {
     // What the QP queued before it left RTS (the ACKs a modify to ERR
     // sent, transport/responder_rd.cc) leaves now, not with a later turn
     // that a process about to exit may never run.
-    if (!w.tx.empty()) FlushTx(w);
+    if (!tx.empty()) FlushTx();
     return;
   }
-  HandleDoorbells(w);
+  HandleDoorbells();
   for (int i = 0; i < 64 && e->qp->PollSend(kSendBudget); ++i) {
   }
-  DeliverEvents(e);
-  if (!w.tx.empty()) FlushTx(w);
+  dev->DeliverEvents(e);
+  if (!tx.empty()) FlushTx();
 }
 
-void Device::FlushTx(Worker& w) {
-  if (!dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
+void Worker::FlushTx() {
+  if (!dev->dpdk_.started()) return;  // held until the link is (memif client: Reconnect)
   // The lab's fault stage, transmit side (fault_stage.h): the frames queued
   // since the last flush, then the held ones now due. The capture records
   // them as the engine sent them and as they go to the link (not after
   // tx_burst: the link may own the mbufs by then).
-  const size_t from = w.tx_judged;
-  CaptureTap* const tap = w.capture.get();
-  if (w.fault != nullptr) [[unlikely]] {
-    w.fault->OnTx(&w.tx, from, NowNs(), tap);
-    if (tap != nullptr) [[unlikely]] tap->Frames(lab::Capture::kTxWire, w.tx.data() + from, w.tx.size() - from);
+  const size_t from = tx_judged;
+  CaptureTap* const tap = capture.get();
+  if (fault != nullptr) [[unlikely]] {
+    fault->OnTx(&tx, from, NowNs(), tap);
+    if (tap != nullptr) [[unlikely]] tap->Frames(lab::Capture::kTxWire, tx.data() + from, tx.size() - from);
   } else if (tap != nullptr) [[unlikely]] {
-    tap->Frames(lab::Capture::kTxEngine, w.tx.data() + from, w.tx.size() - from);
+    tap->Frames(lab::Capture::kTxEngine, tx.data() + from, tx.size() - from);
   }
-  const uint16_t n = static_cast<uint16_t>(std::min<size_t>(w.tx.size(), UINT16_MAX));
+  const uint16_t n = static_cast<uint16_t>(std::min<size_t>(tx.size(), UINT16_MAX));
   uint16_t done = 0;
   for (int tries = 0; done < n && tries < 4; ++tries) {
-    done += rte_eth_tx_burst(dpdk_.port_id(), w.index, w.tx.data() + done, n - done);
+    done += rte_eth_tx_burst(dev->dpdk_.port_id(), index, tx.data() + done, n - done);
   }
   // What the link did not take stays queued, in order, for the next turn.
   const bool blocked = done < n;
-  if (blocked && !w.tx_link_blocked) [[unlikely]] Bump(w.stats.tx_link_full);
-  w.tx_link_blocked = blocked;
-  w.tx.erase(w.tx.begin(), w.tx.begin() + done);
-  w.tx_judged = w.tx.size();
+  if (blocked && !tx_link_blocked) [[unlikely]] Bump(stats.tx_link_full);
+  tx_link_blocked = blocked;
+  tx.erase(tx.begin(), tx.begin() + done);
+  tx_judged = tx.size();
 }
 
 
