@@ -27,7 +27,7 @@ unsigned empty_polls_before_yield() {
   return n;
 }
 
-// DROCE_LATENCY: each send WQE carries post_stamp() in its reserved word
+// DROCE_LATENCY: each send WQE carries post_stamp() (SendWqe::post_stamp)
 // (poll_latency.h); the engine records post to completion entered
 // (common/histogram.h) and hands the stamp back in the send completion's
 // src_qp, from which the polling thread records post to poll.
@@ -215,11 +215,11 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   uint8_t* slot = q->handle.sq.slot(q->sq_prod);
   queue::SendWqe w = queue::SendWqeHeader(wr->wr_id, op, map_send_flags(wr->send_flags), wr->imm_data, stamp);
   // The XRC SRQ behind the peer that this request is for (XRCETH).
-  if (type == IBV_QPT_XRC_SEND) w.remote_qpn = wr->qp_type.xrc.remote_srqn;
+  if (type == IBV_QPT_XRC_SEND) w.xrc_remote_srqn = wr->qp_type.xrc.remote_srqn;
   switch (op) {
     case queue::WqeOp::kSendInv:
     case queue::WqeOp::kLocalInv:
-      w.rkey = wr->invalidate_rkey;
+      w.invalidate_rkey = wr->invalidate_rkey;
       break;
     case queue::WqeOp::kBindMw:
       if (!bind_valid(wr->bind_mw.mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info, type1_bind)) return EINVAL;
@@ -535,7 +535,7 @@ void wr_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
 }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (!wr_allowed(qpx, IBV_WR_SEND_WITH_INV)) return;
-  if (wr_begin(qpx, queue::WqeOp::kSendInv, 0)) cur_wqe(to_qp(qpx))->rkey = rkey;
+  if (wr_begin(qpx, queue::WqeOp::kSendInv, 0)) cur_wqe(to_qp(qpx))->invalidate_rkey = rkey;
 }
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   Qp* q = to_qp(qpx);
@@ -557,7 +557,7 @@ void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_inf
 }
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (!wr_allowed(qpx, IBV_WR_LOCAL_INV)) return;
-  if (wr_begin(qpx, queue::WqeOp::kLocalInv, 0)) cur_wqe(to_qp(qpx))->rkey = rkey;
+  if (wr_begin(qpx, queue::WqeOp::kLocalInv, 0)) cur_wqe(to_qp(qpx))->invalidate_rkey = rkey;
 }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
@@ -566,7 +566,7 @@ void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
     if (!q->wr_err) q->wr_err = EINVAL;
     return;
   }
-  if (!q->wr_err) cur_wqe(q)->remote_qpn = remote_srqn;
+  if (!q->wr_err) cur_wqe(q)->xrc_remote_srqn = remote_srqn;
 }
 void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
   if (!wr_allowed(qpx, IBV_WR_ATOMIC_WRITE)) return;

@@ -457,7 +457,7 @@ struct SimQp {
       case queue::WqeOp::kCmpSwap:
       case queue::WqeOp::kFetchAdd: queue::EncodeAtomic(w, raddr, rkey, cmp, swp); break;
       case queue::WqeOp::kAtomicWrite: queue::EncodeAtomicWrite(w, raddr, rkey, &cmp); break;
-      case queue::WqeOp::kSendInv: w->rkey = rkey; break;
+      case queue::WqeOp::kSendInv: w->invalidate_rkey = rkey; break;
       default: break;
     }
   }
