@@ -50,7 +50,10 @@ enum WqeFlags : uint8_t {
 //   kSend, kSendImm on UD      wr.ud
 //   kBindMw                    wr.bind
 //   kSendInv, kLocalInv        none (invalidate_rkey, in the header)
-// The provider fills them through queue/wqe_encode.h.
+// The provider fills them through queue/wqe_encode.h. A layout change that
+// keeps the size must change ctl::AbiHash (src/ctl/protocol.cc), which
+// hashes sizes and a few offsets, or droced and a client of another build
+// would accept each other and read each other's WQEs wrong.
 struct SendWqe {
   uint64_t wr_id;
   WqeOp op;
