@@ -9,6 +9,7 @@
 #include "droce/droce.h"
 #include "engine/config.h"
 #include "provider.h"
+#include "queue/wqe_encode.h"
 
 namespace droce::provider {
 namespace {
@@ -26,7 +27,7 @@ unsigned empty_polls_before_yield() {
   return n;
 }
 
-// DROCE_LATENCY: each send WQE carries post_stamp() in its reserved word
+// DROCE_LATENCY: each send WQE carries post_stamp() (SendWqe::post_stamp)
 // (poll_latency.h); the engine records post to completion entered
 // (common/histogram.h) and hands the stamp back in the send completion's
 // src_qp, from which the polling thread records post to poll.
@@ -172,9 +173,35 @@ int req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   return 0;
 }
 
+namespace {
+
+// Shared by ibv_post_send and ibv_wr_*: what each takes from its verbs
+// arguments for the families that need more than a copy (queue/wqe_encode.h
+// lays the WQE out).
+
+// A bind of `mw` to `rkey` as `bi` asks is well formed. A type 2 window
+// needs an MR and a length (it is unbound by invalidation); a type 1 window
+// is unbound by a bind without an MR. `type1`: the request comes from
+// ibv_bind_mw, the only way a type 1 window is bound (ibv_post_send and
+// ibv_wr_bind_mw bind type 2 windows only).
+bool bind_valid(const ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bi, bool type1) {
+  return mw != nullptr && bi != nullptr && mw->type == (type1 ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2) &&
+         (rkey >> 8) == (mw->rkey >> 8) && (type1 || (bi->mr != nullptr && bi->length != 0));
+}
+
+void encode_bind(queue::SendWqe* w, const ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info& bi) {
+  queue::EncodeBind(w, rkey, static_cast<uint8_t>(mw->type), bi.addr, bi.mr != nullptr ? bi.length : 0,
+                    bi.mr != nullptr ? bi.mr->lkey : 0, bi.mw_access_flags);
+}
+
+void encode_ud(queue::SendWqe* w, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  queue::EncodeUd(w, reinterpret_cast<Ah*>(ah)->id, remote_qpn, remote_qkey);
+}
+
+}  // namespace
+
 // Writes one send WQE at the producer index; returns 0 or an errno.
-// `type1_bind`: the request comes from ibv_bind_mw, the only way a type 1
-// window is bound (ibv_post_send binds type 2 windows only).
+// `type1_bind`: the request comes from ibv_bind_mw (bind_valid).
 static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   const uint32_t stamp = post_stamp();  // first: the span starts where the application's post does
   queue::WqeOp op;
@@ -186,76 +213,47 @@ static int write_send_wqe(Qp* q, const ibv_send_wr* wr, bool type1_bind) {
   if (!inl && static_cast<uint32_t>(wr->num_sge) > q->max_send_sge) return EINVAL;
   if (sq_full(q)) return ENOMEM;
   uint8_t* slot = q->handle.sq.slot(q->sq_prod);
-  queue::SendWqe w{};
-  w.wr_id = wr->wr_id;
-  w.op = op;
-  w.flags = map_send_flags(wr->send_flags);
-  w.imm_data = wr->imm_data;
-  w.reserved = stamp;
+  queue::SendWqe w = queue::SendWqeHeader(wr->wr_id, op, map_send_flags(wr->send_flags), wr->imm_data, stamp);
   // The XRC SRQ behind the peer that this request is for (XRCETH).
-  if (type == IBV_QPT_XRC_SEND) w.remote_qpn = wr->qp_type.xrc.remote_srqn;
+  if (type == IBV_QPT_XRC_SEND) w.xrc_remote_srqn = wr->qp_type.xrc.remote_srqn;
   switch (op) {
     case queue::WqeOp::kSendInv:
     case queue::WqeOp::kLocalInv:
-      w.rkey = wr->invalidate_rkey;
-      w.imm_data = 0;
+      w.invalidate_rkey = wr->invalidate_rkey;
       break;
-    case queue::WqeOp::kBindMw: {
-      // A type 2 window needs an MR and a length (it is unbound by
-      // invalidation); a type 1 window is unbound by a bind without an MR.
-      const ibv_mw* mw = wr->bind_mw.mw;
-      const ibv_mw_bind_info& bi = wr->bind_mw.bind_info;
-      if (mw == nullptr || mw->type != (type1_bind ? IBV_MW_TYPE_1 : IBV_MW_TYPE_2) ||
-          (wr->bind_mw.rkey >> 8) != (mw->rkey >> 8) || (!type1_bind && (bi.mr == nullptr || bi.length == 0))) {
-        return EINVAL;
-      }
-      w.rkey = wr->bind_mw.rkey;
-      w.remote_addr = bi.addr;
-      w.compare_add = bi.mr != nullptr ? bi.length : 0;
-      w.swap = uint64_t{bi.mr != nullptr ? bi.mr->lkey : 0} | (uint64_t{bi.mw_access_flags} << 32);
-      w.ah = mw->type;
-      w.imm_data = 0;
+    case queue::WqeOp::kBindMw:
+      if (!bind_valid(wr->bind_mw.mw, wr->bind_mw.rkey, &wr->bind_mw.bind_info, type1_bind)) return EINVAL;
+      encode_bind(&w, wr->bind_mw.mw, wr->bind_mw.rkey, wr->bind_mw.bind_info);
       break;
-    }
     case queue::WqeOp::kWrite:
     case queue::WqeOp::kWriteImm:
     case queue::WqeOp::kRead:
-      w.remote_addr = wr->wr.rdma.remote_addr;
-      w.rkey = wr->wr.rdma.rkey;
+      queue::EncodeRdma(&w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
       break;
     case queue::WqeOp::kCmpSwap:
     case queue::WqeOp::kFetchAdd:
-      w.remote_addr = wr->wr.atomic.remote_addr;
-      w.compare_add = wr->wr.atomic.compare_add;
-      w.swap = wr->wr.atomic.swap;
-      w.rkey = wr->wr.atomic.rkey;
+      queue::EncodeAtomic(&w, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey, wr->wr.atomic.compare_add,
+                          wr->wr.atomic.swap);
       break;
-    default:
+    case queue::WqeOp::kAtomicWrite:
+      // The 8 bytes (one 8-byte SGE, or inline) are read now, as inline
+      // data is (rxe also takes them at post time).
+      if (wr->num_sge != 1 || wr->sg_list == nullptr || wr->sg_list[0].length != 8) return EINVAL;
+      queue::EncodeAtomicWrite(&w, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey,
+                               reinterpret_cast<const void*>(wr->sg_list[0].addr));
+      break;
+    case queue::WqeOp::kSend:
+    case queue::WqeOp::kSendImm:
+      if (type == IBV_QPT_UD) encode_ud(&w, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
       break;
   }
-  if (op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv) {
+  // Binds and local invalidations carry no data; an ATOMIC WRITE's is in
+  // the WQE already.
+  if (op == queue::WqeOp::kBindMw || op == queue::WqeOp::kLocalInv || op == queue::WqeOp::kAtomicWrite) {
     w.num_sge = 0;
     std::memcpy(slot, &w, sizeof(w));
     ++q->sq_prod;
     return 0;
-  }
-  if (op == queue::WqeOp::kAtomicWrite) {
-    // The 8 bytes (one 8-byte SGE, or inline) travel in the WQE itself,
-    // read now as inline data is (rxe also takes them at post time).
-    if (wr->num_sge != 1 || wr->sg_list == nullptr || wr->sg_list[0].length != 8) return EINVAL;
-    w.remote_addr = wr->wr.rdma.remote_addr;
-    w.rkey = wr->wr.rdma.rkey;
-    std::memcpy(&w.compare_add, reinterpret_cast<const void*>(wr->sg_list[0].addr), 8);
-    w.num_sge = 0;
-    w.flags &= static_cast<uint8_t>(~queue::kWqeInline);
-    std::memcpy(slot, &w, sizeof(w));
-    ++q->sq_prod;
-    return 0;
-  }
-  if (type == IBV_QPT_UD) {
-    w.ah = reinterpret_cast<Ah*>(wr->wr.ud.ah)->id;
-    w.remote_qpn = wr->wr.ud.remote_qpn;
-    w.remote_qkey = wr->wr.ud.remote_qkey;
   }
   if (inl && (op == queue::WqeOp::kRead || op == queue::WqeOp::kCmpSwap || op == queue::WqeOp::kFetchAdd)) {
     return EINVAL;  // inline data is for data the requester sends
@@ -397,22 +395,20 @@ namespace {
 
 queue::SendWqe* cur_wqe(Qp* q) { return reinterpret_cast<queue::SendWqe*>(q->wr_cur); }
 
-void wr_begin(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t imm) {
+// Starts a WQE at the producer index (wr_cur); false if the batch has
+// failed (then nothing was written).
+bool wr_begin(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t imm) {
   Qp* q = to_qp(qpx);
-  if (q->wr_err) return;
+  if (q->wr_err) return false;
   if (sq_full(q)) {
     q->wr_err = ENOMEM;
-    return;
+    return false;
   }
   q->wr_cur = q->handle.sq.slot(q->sq_prod);
-  queue::SendWqe w{};
-  w.wr_id = qpx->wr_id;
-  w.op = op;
-  w.flags = map_send_flags(qpx->wr_flags);
-  w.imm_data = imm;
-  w.reserved = post_stamp();
+  const queue::SendWqe w = queue::SendWqeHeader(qpx->wr_id, op, map_send_flags(qpx->wr_flags), imm, post_stamp());
   std::memcpy(q->wr_cur, &w, sizeof(w));
   ++q->sq_prod;
+  return true;
 }
 
 void wr_start(ibv_qp_ex* qpx) {
@@ -518,11 +514,7 @@ bool wr_allowed(ibv_qp_ex* qpx, ibv_wr_opcode op) {
   return false;
 }
 void wr_rdma_common(ibv_qp_ex* qpx, queue::WqeOp op, uint32_t rkey, uint64_t addr, uint32_t imm) {
-  wr_begin(qpx, op, imm);
-  Qp* q = to_qp(qpx);
-  if (q->wr_err) return;
-  cur_wqe(q)->remote_addr = addr;
-  cur_wqe(q)->rkey = rkey;
+  if (wr_begin(qpx, op, imm)) queue::EncodeRdma(cur_wqe(to_qp(qpx)), addr, rkey);
 }
 void wr_rdma_write(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
   if (wr_allowed(q, IBV_WR_RDMA_WRITE)) wr_rdma_common(q, queue::WqeOp::kWrite, rkey, addr, 0);
@@ -535,24 +527,15 @@ void wr_rdma_read(ibv_qp_ex* q, uint32_t rkey, uint64_t addr) {
 }
 void wr_cmp_swp(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap) {
   if (!wr_allowed(qpx, IBV_WR_ATOMIC_CMP_AND_SWP)) return;
-  wr_rdma_common(qpx, queue::WqeOp::kCmpSwap, rkey, addr, 0);
-  Qp* q = to_qp(qpx);
-  if (q->wr_err) return;
-  cur_wqe(q)->compare_add = compare;
-  cur_wqe(q)->swap = swap;
+  if (wr_begin(qpx, queue::WqeOp::kCmpSwap, 0)) queue::EncodeAtomic(cur_wqe(to_qp(qpx)), addr, rkey, compare, swap);
 }
 void wr_fetch_add(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, uint64_t add) {
   if (!wr_allowed(qpx, IBV_WR_ATOMIC_FETCH_AND_ADD)) return;
-  wr_rdma_common(qpx, queue::WqeOp::kFetchAdd, rkey, addr, 0);
-  Qp* q = to_qp(qpx);
-  if (q->wr_err) return;
-  cur_wqe(q)->compare_add = add;
+  if (wr_begin(qpx, queue::WqeOp::kFetchAdd, 0)) queue::EncodeAtomic(cur_wqe(to_qp(qpx)), addr, rkey, add, 0);
 }
 void wr_send_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (!wr_allowed(qpx, IBV_WR_SEND_WITH_INV)) return;
-  wr_begin(qpx, queue::WqeOp::kSendInv, 0);
-  Qp* q = to_qp(qpx);
-  if (!q->wr_err) cur_wqe(q)->rkey = rkey;
+  if (wr_begin(qpx, queue::WqeOp::kSendInv, 0)) cur_wqe(to_qp(qpx))->invalidate_rkey = rkey;
 }
 void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
   Qp* q = to_qp(qpx);
@@ -561,32 +544,20 @@ void wr_set_ud_addr(ibv_qp_ex* qpx, ibv_ah* ah, uint32_t remote_qpn, uint32_t re
     q->wr_err = EINVAL;
     return;
   }
-  cur_wqe(q)->ah = reinterpret_cast<Ah*>(ah)->id;
-  cur_wqe(q)->remote_qpn = remote_qpn;
-  cur_wqe(q)->remote_qkey = remote_qkey;
+  encode_ud(cur_wqe(q), ah, remote_qpn, remote_qkey);
 }
 void wr_bind_mw(ibv_qp_ex* qpx, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* bi) {
   if (!wr_allowed(qpx, IBV_WR_BIND_MW)) return;
   Qp* q = to_qp(qpx);
-  if (mw == nullptr || bi == nullptr || mw->type != IBV_MW_TYPE_2 || bi->mr == nullptr || bi->length == 0 ||
-      (rkey >> 8) != (mw->rkey >> 8)) {
+  if (!bind_valid(mw, rkey, bi, /*type1=*/false)) {
     if (!q->wr_err) q->wr_err = EINVAL;
     return;
   }
-  wr_begin(qpx, queue::WqeOp::kBindMw, 0);
-  if (q->wr_err) return;
-  queue::SendWqe* w = cur_wqe(q);
-  w->rkey = rkey;
-  w->remote_addr = bi->addr;
-  w->compare_add = bi->length;
-  w->swap = uint64_t{bi->mr->lkey} | (uint64_t{bi->mw_access_flags} << 32);
-  w->ah = 2;
+  if (wr_begin(qpx, queue::WqeOp::kBindMw, 0)) encode_bind(cur_wqe(q), mw, rkey, *bi);
 }
 void wr_local_inv(ibv_qp_ex* qpx, uint32_t rkey) {
   if (!wr_allowed(qpx, IBV_WR_LOCAL_INV)) return;
-  wr_begin(qpx, queue::WqeOp::kLocalInv, 0);
-  Qp* q = to_qp(qpx);
-  if (!q->wr_err) cur_wqe(q)->rkey = rkey;
+  if (wr_begin(qpx, queue::WqeOp::kLocalInv, 0)) cur_wqe(to_qp(qpx))->invalidate_rkey = rkey;
 }
 void wr_send_tso(ibv_qp_ex* q, void*, uint16_t, uint16_t) { wr_unsupported(q); }
 void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
@@ -595,7 +566,7 @@ void wr_set_xrc_srqn(ibv_qp_ex* qpx, uint32_t remote_srqn) {
     if (!q->wr_err) q->wr_err = EINVAL;
     return;
   }
-  if (!q->wr_err) cur_wqe(q)->remote_qpn = remote_srqn;
+  if (!q->wr_err) cur_wqe(q)->xrc_remote_srqn = remote_srqn;
 }
 void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* atomic_wr) {
   if (!wr_allowed(qpx, IBV_WR_ATOMIC_WRITE)) return;
@@ -604,11 +575,7 @@ void wr_atomic_write(ibv_qp_ex* qpx, uint32_t rkey, uint64_t addr, const void* a
     if (!q->wr_err) q->wr_err = EINVAL;
     return;
   }
-  wr_rdma_common(qpx, queue::WqeOp::kAtomicWrite, rkey, addr, 0);
-  if (q->wr_err) return;
-  // The 8 bytes travel in the WQE (see write_send_wqe); no SGE follows.
-  std::memcpy(&cur_wqe(q)->compare_add, atomic_wr, 8);
-  cur_wqe(q)->num_sge = 0;
+  if (wr_begin(qpx, queue::WqeOp::kAtomicWrite, 0)) queue::EncodeAtomicWrite(cur_wqe(q), addr, rkey, atomic_wr);
 }
 
 }  // namespace

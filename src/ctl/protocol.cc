@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -112,13 +113,17 @@ absl::Status CheckPayload(const uint8_t* p, int nfds) {
 }  // namespace
 
 uint32_t AbiHash() {
-  // Sizes of everything both sides lay out in shared memory or messages.
+  // Sizes of everything both sides lay out in shared memory or messages,
+  // and offsets where a layout changed but its size did not (the send WQE's
+  // union per operation family: a client from before it has the same
+  // 64-byte WQE with other fields at those places).
   uint32_t h = 2166136261u;
   for (size_t v : {sizeof(Header), sizeof(HelloRep), sizeof(RegMr), sizeof(CreateQp), sizeof(QpRep), sizeof(CreateSrq),
                    sizeof(WireQpAttr), sizeof(EventRecord), sizeof(Counters), sizeof(QpCounters),
                    sizeof(queue::SendWqe), sizeof(queue::RecvWqe), sizeof(queue::Cqe), sizeof(queue::RingHeader),
                    sizeof(engine::QpShared), sizeof(cq::CqControl), sizeof(engine::WakeWords),
-                   sizeof(queue::DoorbellQueue::Cell)}) {
+                   sizeof(queue::DoorbellQueue::Cell), offsetof(queue::SendWqe, post_stamp),
+                   offsetof(queue::SendWqe, wr)}) {
     h = (h ^ static_cast<uint32_t>(v)) * 16777619u;
   }
   return h;

@@ -4,6 +4,7 @@
 // application can scribble on shared memory at any time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -38,27 +39,84 @@ enum WqeFlags : uint8_t {
   kWqeFence = 1 << 3,
 };
 
-// 64-byte header; followed by num_sge Sge entries or by inline_len bytes.
+// The 64-byte send WQE; followed by num_sge Sge entries or by inline_len
+// bytes. A 32-byte header every operation uses, then `wr`: one member per
+// operation family, as rdma-core's struct rxe_send_wr (rdma_user_rxe.h).
+// Each field has one meaning; the member a WQE uses follows from `op`
+// (and, for `ud`, the QP type):
+//   kWrite, kWriteImm, kRead   wr.rdma
+//   kCmpSwap, kFetchAdd        wr.atomic
+//   kAtomicWrite               wr.atomic_write
+//   kSend, kSendImm on UD      wr.ud
+//   kBindMw                    wr.bind
+//   kSendInv, kLocalInv        none (invalidate_rkey, in the header)
+// The provider fills them through queue/wqe_encode.h. A layout change that
+// keeps the size must change ctl::AbiHash (src/ctl/protocol.cc), which
+// hashes sizes and a few offsets, or droced and a client of another build
+// would accept each other and read each other's WQEs wrong.
 struct SendWqe {
   uint64_t wr_id;
   WqeOp op;
-  uint8_t flags;
+  uint8_t flags;             // WqeFlags
   uint16_t num_sge;
   uint32_t inline_len;
-  uint32_t imm_data;  // network byte order, as in ibv_send_wr
-  uint32_t rkey;      // RDMA/atomic rkey, or the rkey to invalidate
-  uint64_t remote_addr;
-  uint64_t compare_add;
-  uint64_t swap;
-  // kBindMw: rkey = the window's new rkey, remote_addr/compare_add = the
-  // window's start and length (0 unbinds), swap = MR lkey | access << 32,
-  // ah = window type. kLocalInv/kSendInv: rkey = the rkey to invalidate.
-  uint32_t remote_qpn;   // UD
-  uint32_t remote_qkey;  // UD
-  uint32_t ah;           // UD: address handle id
-  uint32_t reserved;
+  uint32_t imm_data;         // kSendImm, kWriteImm: network byte order, as in ibv_send_wr
+  uint32_t invalidate_rkey;  // kSendInv: the peer's rkey to invalidate (IETH); kLocalInv: ours
+  // DROCE_LATENCY: when the provider's post began (lab::StampNow ticks, 0:
+  // not stamped); the engine records post to completion entered and hands
+  // it back in the completion's src_qp (Cqe).
+  uint32_t post_stamp;
+  // XRC initiator (IBV_QPT_XRC_SEND), every op: the remote SRQ number
+  // (XRCETH, 24 bits). Not in `wr`: it goes with RDMA and atomic requests
+  // too (rdma-core keeps it out of ibv_send_wr's `wr` union as well).
+  uint32_t xrc_remote_srqn;
+  union Wr {
+    struct Rdma {
+      uint64_t remote_addr;
+      uint32_t rkey;
+      uint32_t reserved;
+    } rdma;
+    struct Atomic {
+      uint64_t remote_addr;
+      uint64_t compare_add;  // kCmpSwap: compare; kFetchAdd: the addend
+      uint64_t swap;         // kCmpSwap
+      uint32_t rkey;
+      uint32_t reserved;
+    } atomic;
+    // IBV_WR_ATOMIC_WRITE: the 8 bytes travel in the WQE, copied at post
+    // time as inline data is (rxe does too); no SGE follows.
+    struct AtomicWrite {
+      uint64_t remote_addr;
+      uint32_t rkey;
+      uint32_t reserved;
+      uint8_t data[8];  // in memory order
+    } atomic_write;
+    struct Ud {
+      uint32_t remote_qpn;
+      uint32_t remote_qkey;  // high bit set: the QP's own Q_Key (IBA 10.2.5)
+      uint32_t ah;           // address handle id
+    } ud;
+    // A memory-window bind: `length` 0 unbinds (type 1 only).
+    struct Bind {
+      uint64_t addr;
+      uint64_t length;
+      uint32_t mw_rkey;  // the window's new rkey
+      uint32_t mr_lkey;  // the MR it is bound to (0 unbinding)
+      uint32_t access;   // ibv_access_flags
+      uint8_t type;      // IBV_MW_TYPE_1 or IBV_MW_TYPE_2
+      uint8_t reserved[3];
+    } bind;
+  } wr;
 };
 static_assert(sizeof(SendWqe) == 64);
+static_assert(offsetof(SendWqe, wr) == 32);
+static_assert(sizeof(SendWqe::Wr) == 32);
+static_assert(sizeof(SendWqe::Wr::Rdma) == 16);
+static_assert(sizeof(SendWqe::Wr::Atomic) == 32);
+static_assert(sizeof(SendWqe::Wr::AtomicWrite) == 24);
+static_assert(sizeof(SendWqe::Wr::Ud) == 12);
+static_assert(sizeof(SendWqe::Wr::Bind) == 32);
+static_assert(std::is_standard_layout_v<SendWqe>);
 static_assert(std::is_trivially_copyable_v<SendWqe>);
 
 // 16-byte header, followed by num_sge Sge entries.
@@ -78,7 +136,7 @@ struct Cqe {
   uint32_t imm_data;  // network byte order (or the invalidated rkey)
   uint32_t qp_num;
   // Receive completions: the source QP (UD). Successful send completions:
-  // the WQE's post stamp (SendWqe::reserved, DROCE_LATENCY), which the
+  // the WQE's post stamp (SendWqe::post_stamp, DROCE_LATENCY), which the
   // provider consumes and reports as 0.
   uint32_t src_qp;
   uint32_t wc_flags;

@@ -36,7 +36,7 @@ uint8_t wc_opcode(queue::WqeOp op) {
 // The provider stamped the WQE at post time (DROCE_LATENCY, common/stamp_clock.h;
 // 0: not stamped): post to completion entered.
 void Qp::RecordLatency(const SendCtx& ctx) {
-  const uint32_t posted = ctx.wqe.reserved;
+  const uint32_t posted = ctx.wqe.post_stamp;
   if (posted == 0) return;
   const uint64_t ns = lab::StampSpanNs(posted, lab::StampNow());
   const queue::WqeOp op = ctx.wqe.op;
@@ -69,7 +69,7 @@ bool Qp::CompleteWqe(SendCtx& ctx, uint8_t status) {
     // The provider's post stamp back to the polling thread (its post-to-poll
     // latency, providers/poll_latency.h); verbs reads src_qp for UD
     // receive completions only.
-    if (status == queue::wc::kSuccess) c.src_qp = ctx.wqe.reserved;
+    if (status == queue::wc::kSuccess) c.src_qp = ctx.wqe.post_stamp;
     return RetireSendWqe(&c);
   }
   return RetireSendWqe(nullptr);

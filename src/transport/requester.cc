@@ -69,7 +69,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
       // RC's operations; ATOMIC WRITE is defined for RC (and RD) only.
       op_ok = w.op <= queue::WqeOp::kAtomicWrite && w.op != queue::WqeOp::kAtomicWrite;
       // The XRC SRQ behind the peer (XRCETH), 24 bits.
-      ctx.remote_qpn = w.remote_qpn & 0xFFFFFF;
+      ctx.remote_qpn = w.xrc_remote_srqn & 0xFFFFFF;
       break;
     case QpType::kXrcTgt:
       break;  // no send queue
@@ -87,7 +87,7 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   }
   uint64_t total = 0;
   if (w.op == queue::WqeOp::kAtomicWrite) {
-    total = 8;  // its data is in the WQE (compare_add), never in SGEs
+    total = 8;  // its data is in the WQE (wr.atomic_write.data), never in SGEs
   } else if (w.flags & queue::kWqeInline) {
     if (is_read(w.op) || is_atomic(w.op)) return queue::wc::kLocQpOpErr;
     if (w.inline_len > caps_.max_inline) return queue::wc::kLocLenErr;
@@ -110,16 +110,17 @@ uint8_t Qp::ValidateSendWqe(SendCtx& ctx, uint32_t slot) {
   ctx.done = false;
   ctx.rd_counted = false;
   if (type_ == QpType::kUd) {
-    const AddressHandle* ah = env_->FindAh(w.ah);
+    const queue::SendWqe::Wr::Ud& ud = w.wr.ud;  // UD takes sends only (op_ok)
+    const AddressHandle* ah = env_->FindAh(ud.ah);
     if (ah == nullptr || ah->pd != pd_) return queue::wc::kLocQpOpErr;
     if (total > mtu) return queue::wc::kLocLenErr;  // one packet per UD message
     ctx.dgid = ah->dgid;
     ctx.av = ah->av;
     // A multicast packet always carries the multicast QPN; the members'
     // QPNs are the receiving devices' business.
-    ctx.remote_qpn = wire::gid_is_multicast(ah->dgid.data()) ? wire::kMulticastQpn : w.remote_qpn & wire::kPsnMask;
+    ctx.remote_qpn = wire::gid_is_multicast(ah->dgid.data()) ? wire::kMulticastQpn : ud.remote_qpn & wire::kPsnMask;
     // A Q_Key with the high bit set means "use the QP's own" (IBA 10.2.5).
-    ctx.remote_qkey = (w.remote_qkey & 0x80000000u) ? attr_.qkey : w.remote_qkey;
+    ctx.remote_qkey = (ud.remote_qkey & 0x80000000u) ? attr_.qkey : ud.remote_qkey;
   }
   return queue::wc::kSuccess;
 }
@@ -255,27 +256,32 @@ bool Qp::BuildRequestPacket(SendCtx& ctx, uint32_t pkt) {
   wire::write_bth(bth, b);
   if (info.xrceth) wire::store_be32(bth + info.xrceth, ctx.remote_qpn);  // XRCETH: reserved byte, SRQ number
   if (info.reth) {
-    // A READ resent after lost responses asks only for what is missing.
-    wire::write_reth(bth + info.reth, {ctx.wqe.remote_addr + offset, ctx.wqe.rkey, ctx.total_len - offset});
+    // WRITE and READ (wr.rdma), ATOMIC WRITE (wr.atomic_write). A READ
+    // resent after lost responses asks only for what is missing.
+    const bool aw = op == queue::WqeOp::kAtomicWrite;
+    const uint64_t va = aw ? ctx.wqe.wr.atomic_write.remote_addr : ctx.wqe.wr.rdma.remote_addr;
+    const uint32_t rkey = aw ? ctx.wqe.wr.atomic_write.rkey : ctx.wqe.wr.rdma.rkey;
+    wire::write_reth(bth + info.reth, {va + offset, rkey, ctx.total_len - offset});
   }
   if (info.atomic_eth) {
+    const queue::SendWqe::Wr::Atomic& at = ctx.wqe.wr.atomic;
     wire::AtomicEth a;
-    a.va = ctx.wqe.remote_addr;
-    a.rkey = ctx.wqe.rkey;
+    a.va = at.remote_addr;
+    a.rkey = at.rkey;
     if (op == queue::WqeOp::kCmpSwap) {
-      a.swap_add = ctx.wqe.swap;
-      a.compare = ctx.wqe.compare_add;
+      a.swap_add = at.swap;
+      a.compare = at.compare_add;
     } else {
-      a.swap_add = ctx.wqe.compare_add;
+      a.swap_add = at.compare_add;
     }
     wire::write_atomic_eth(bth + info.atomic_eth, a);
   }
   if (info.deth) wire::write_deth(bth + info.deth, {ctx.remote_qkey, qpn_});
   if (info.immdt) std::memcpy(bth + info.immdt, &ctx.wqe.imm_data, 4);  // already big-endian
-  if (info.ieth) wire::store_be32(bth + info.ieth, ctx.wqe.rkey);
+  if (info.ieth) wire::store_be32(bth + info.ieth, ctx.wqe.invalidate_rkey);
   uint8_t* payload = bth + info.payload;
   if (op == queue::WqeOp::kAtomicWrite) {
-    std::memcpy(payload, &ctx.wqe.compare_add, 8);
+    std::memcpy(payload, ctx.wqe.wr.atomic_write.data, 8);
   } else if (len != 0) {
     bool prot_err = false;
     const uint32_t slot = static_cast<uint32_t>(&ctx - send_ctx_.data());
@@ -318,13 +324,12 @@ bool Qp::ExecuteLocalOp(SendCtx& ctx) {
   bool ok;
   uint8_t status = queue::wc::kSuccess;
   if (w.op == queue::WqeOp::kBindMw) {
-    const uint32_t lkey = static_cast<uint32_t>(w.swap);
-    const uint32_t access = static_cast<uint32_t>(w.swap >> 32);
-    ok = env_->Mrs().Bind(w.rkey, static_cast<uint8_t>(w.ah), pd_, qpn_, lkey, w.remote_addr,
-                          w.compare_add, access) == mem::BindError::kOk;
+    const queue::SendWqe::Wr::Bind& b = w.wr.bind;
+    ok = env_->Mrs().Bind(b.mw_rkey, b.type, pd_, qpn_, b.mr_lkey, b.addr, b.length, b.access) ==
+         mem::BindError::kOk;
     if (!ok) status = queue::wc::kMwBindErr;
   } else {
-    ok = env_->Mrs().Invalidate(w.rkey, pd_);
+    ok = env_->Mrs().Invalidate(w.invalidate_rkey, pd_);
     if (!ok) status = queue::wc::kLocProtErr;
   }
   if (!ok) {

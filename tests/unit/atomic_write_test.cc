@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "queue/wqe_encode.h"
 #include "transport/sim/two_qp.h"
 #include "wire/frame.h"
 
@@ -17,13 +18,8 @@ using transport::sim::SimPair;
 using transport::sim::SimQp;
 
 void PostAtomicWrite(SimQp& a, uint64_t wr_id, uint64_t raddr, uint32_t rkey, uint64_t value) {
-  queue::SendWqe w{};
-  w.wr_id = wr_id;
-  w.op = queue::WqeOp::kAtomicWrite;
-  w.flags = queue::kWqeSignaled;
-  w.remote_addr = raddr;
-  w.rkey = rkey;
-  std::memcpy(&w.compare_add, &value, 8);  // the 8 bytes, in memory order
+  queue::SendWqe w = queue::SendWqeHeader(wr_id, queue::WqeOp::kAtomicWrite, queue::kWqeSignaled, 0, 0);
+  queue::EncodeAtomicWrite(&w, raddr, rkey, &value);  // the 8 bytes, in memory order
   a.Post(w, nullptr);
 }
 

@@ -11,6 +11,7 @@
 #include "cq/cq.h"
 #include "engine/mcast.h"
 #include "queue/shm.h"
+#include "queue/wqe_encode.h"
 #include "transport/sim/two_qp.h"
 #include "transport/qp.h"
 #include "wire/build.h"
@@ -229,9 +230,7 @@ struct UdSender {
     w.op = queue::WqeOp::kSend;
     w.flags = queue::kWqeSignaled;
     w.num_sge = 1;
-    w.ah = ah;
-    w.remote_qpn = remote_qpn;
-    w.remote_qkey = remote_qkey;
+    queue::EncodeUd(&w, ah, remote_qpn, remote_qkey);
     const queue::Sge s{reinterpret_cast<uint64_t>(buf.data()), 10, key};
     std::memcpy(sq.slot(prod), &w, sizeof(w));
     std::memcpy(sq.slot(prod) + sizeof(w), &s, sizeof(s));
@@ -277,7 +276,7 @@ TEST(Multicast, UnicastUdSendStillResolvesItsNeighbour) {
   s.AddAh(1, Gid4(10, 77, 0, 2));
   queue::SendWqe w{};
   w.op = queue::WqeOp::kSend;
-  w.ah = 1;
+  w.wr.ud.ah = 1;
   std::memcpy(s.sq.slot(0), &w, sizeof(w));
   s.sq.publish_prod(++s.prod);
   s.qp->PollSend(8);

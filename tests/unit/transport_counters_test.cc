@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "queue/wqe_encode.h"
 #include "transport/sim/two_qp.h"
 #include "wire/frame.h"
 
@@ -163,9 +164,7 @@ TEST(TransportCounters, UdOutOfBufferAndLengthError) {
     w.op = queue::WqeOp::kSend;
     w.flags = queue::kWqeSignaled;
     w.num_sge = 1;
-    w.ah = 1;
-    w.remote_qpn = b.qp->qpn();
-    w.remote_qkey = 0x1111;
+    queue::EncodeUd(&w, 1, b.qp->qpn(), 0x1111);
     const queue::Sge sge{a.Addr(0), 100, a.key};
     a.Post(w, &sge);
   };

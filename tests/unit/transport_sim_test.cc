@@ -7,6 +7,7 @@
 
 #include "cq/cq.h"
 #include "queue/shm.h"
+#include "queue/wqe_encode.h"
 #include "transport/sim/two_qp.h"
 #include "transport/qp.h"
 #include "wire/frame.h"
@@ -269,9 +270,7 @@ TEST(TransportSim, UdMessageUpToThePortMtu) {
   w.op = queue::WqeOp::kSend;
   w.flags = queue::kWqeSignaled;
   w.num_sge = 1;
-  w.ah = 1;
-  w.remote_qpn = b.qp->qpn();
-  w.remote_qkey = transport::sim::ConnectOpts{}.qkey;
+  queue::EncodeUd(&w, 1, b.qp->qpn(), transport::sim::ConnectOpts{}.qkey);
   const queue::Sge s{a.Addr(4096), 4096, a.key};
   a.Post(w, &s);
   queue::Cqe sc{}, rc{};

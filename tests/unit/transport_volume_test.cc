@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "queue/wqe_encode.h"
 #include "transport/sim/two_qp.h"
 
 namespace droce::test {
@@ -129,14 +130,10 @@ void PostMsg(SimQp& q, std::mt19937_64& rng, const Msg& m, uint32_t local_off, u
   w.wr_id = m.seq;
   w.op = m.op;
   w.flags = queue::kWqeSignaled | ((rng() & 1) ? queue::kWqeSolicited : 0);
-  w.remote_addr = raddr;
-  w.rkey = m.op == WqeOp::kSendInv ? m.inv_rkey : rkey;
   w.imm_data = m.imm;
-  w.compare_add = cmp;
-  w.swap = swp;
-  w.ah = 1;  // UD: the peer's address handle (SimQp::Connect)
-  w.remote_qpn = 0x22;
-  w.remote_qkey = ConnectOpts{}.qkey;
+  SimQp::EncodeRemote(&w, raddr, m.op == WqeOp::kSendInv ? m.inv_rkey : rkey, cmp, swp);
+  // UD (sends only): the peer's address handle (SimQp::Connect).
+  if (q.qp->type() == transport::QpType::kUd) queue::EncodeUd(&w, 1, 0x22, ConnectOpts{}.qkey);
   const bool carries_data = m.op != WqeOp::kRead && m.op != WqeOp::kCmpSwap && m.op != WqeOp::kFetchAdd;
   if (carries_data && m.len <= SimQp::kMaxInline && rng() % 4 == 0) {
     w.flags |= queue::kWqeInline;

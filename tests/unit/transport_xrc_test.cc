@@ -79,10 +79,8 @@ struct XrcPair {
     w.op = op;
     w.flags = queue::kWqeSignaled;
     w.num_sge = 1;
-    w.remote_qpn = srqn;
-    w.remote_addr = raddr;
-    w.rkey = rkey;
-    w.compare_add = add;
+    w.xrc_remote_srqn = srqn;
+    SimQp::EncodeRemote(&w, raddr, rkey, add);
     const queue::Sge s{a.Addr(off), len, a.key};
     a.Post(w, &s);
   }

@@ -26,6 +26,7 @@
 #include "queue/abi.h"
 #include "queue/ring.h"
 #include "queue/shm.h"
+#include "queue/wqe_encode.h"
 #include "transport/env.h"
 #include "transport/qp.h"
 #include "transport/scheduler.h"
@@ -462,18 +463,28 @@ struct SimQp : Schedulable {
     sq.publish_prod(++sq_prod);
     Doorbell();
   }
+  // Fills the part of `w` its op takes from (raddr, rkey, cmp, swp), as the
+  // provider would: RDMA and atomics their remote address and key (and the
+  // atomic operands; ATOMIC WRITE: cmp's 8 bytes as its data, no SGE), SEND
+  // with Invalidate `rkey` as the key to invalidate.
+  static void EncodeRemote(queue::SendWqe* w, uint64_t raddr, uint32_t rkey, uint64_t cmp = 0, uint64_t swp = 0) {
+    switch (w->op) {
+      case queue::WqeOp::kWrite:
+      case queue::WqeOp::kWriteImm:
+      case queue::WqeOp::kRead: queue::EncodeRdma(w, raddr, rkey); break;
+      case queue::WqeOp::kCmpSwap:
+      case queue::WqeOp::kFetchAdd: queue::EncodeAtomic(w, raddr, rkey, cmp, swp); break;
+      case queue::WqeOp::kAtomicWrite: queue::EncodeAtomicWrite(w, raddr, rkey, &cmp); break;
+      case queue::WqeOp::kSendInv: w->invalidate_rkey = rkey; break;
+      default: break;
+    }
+  }
   // One-SGE operation on [off, off + len) of the buffer.
   void PostOp(queue::WqeOp op, uint64_t wr_id, uint32_t off, uint32_t len, uint64_t raddr = 0,
               uint32_t rkey = 0, uint64_t cmp = 0, uint64_t swp = 0, uint32_t lkey_override = 0) {
-    queue::SendWqe w{};
-    w.wr_id = wr_id;
-    w.op = op;
-    w.flags = queue::kWqeSignaled;
+    queue::SendWqe w = queue::SendWqeHeader(wr_id, op, queue::kWqeSignaled, 0, 0);
     w.num_sge = 1;
-    w.remote_addr = raddr;
-    w.rkey = rkey;
-    w.compare_add = cmp;
-    w.swap = swp;
+    EncodeRemote(&w, raddr, rkey, cmp, swp);
     const queue::Sge s{Addr(off), len, lkey_override ? lkey_override : key};
     Post(w, &s);
   }
