@@ -363,7 +363,7 @@ class Qp {
     bool done = false;        // READ/atomic: response received
     bool rd_counted = false;  // counted in rd_atomic_inflight_
     wire::Ipv6Addr dgid{};    // UD: destination
-    uint32_t remote_qpn = 0;  // UD
+    uint32_t remote_qpn = 0;  // UD: the destination QP; XRC initiator: the remote SRQ number
     uint32_t remote_qkey = 0; // UD
     AddressVector av;         // UD
   };
