@@ -458,6 +458,9 @@ class Qp {
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
   void ExecuteRequest(const wire::PacketView& pkt);
+  // A request past the expected PSN, and one before it.
+  void OutOfSequenceRequest(const wire::PacketView& pkt);
+  void DuplicateRequest(const wire::PacketView& pkt);
   // XRC target: takes the SRQ, CQ and PD of the request's XRCETH; false (the
   // QP failed with a NAK) if it names no SRQ of this QP's domain, or another
   // SRQ than the message in progress.

@@ -403,32 +403,11 @@ void Qp::ExecuteRequest(const wire::PacketView& pkt) {
   const uint32_t psn = pkt.bth.psn;
   const int32_t d = wire::psn_diff(psn, epsn_);
   if (d > 0) {
-    // A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1);
-    // a selective-repeat requester's request is held and SACKed instead.
-    Count(QpCounter::out_of_seq_request);
-    if (pkt.bth.sr && sr_.on && SrHold(pkt)) return;
-    if (!nak_sent_) {
-      nak_sent_ = true;
-      QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
-    }
+    OutOfSequenceRequest(pkt);
     return;
   }
   if (d < 0) {
-    // A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays
-    // its saved result, anything else is acknowledged without executing.
-    Count(QpCounter::duplicate_request);
-    if (mask & wire::kMaskRead) {
-      // An XRC READ is executed again on the PD of the SRQ it names, which
-      // need not be the message in progress's (nor exist any more).
-      XrcSrqRef r;
-      if (type_ != QpType::kXrcTgt) OnReadRequest(pkt, true, pd_);
-      else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
-    }
-    else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
-    // A selective-repeat requester resends a packet only when it took it
-    // for lost: this one was not, and the ACK says so (its needless resends,
-    // sr_spurious_resends there).
-    else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask), (pkt.bth.sr && sr_.on) ? 1 : 0);
+    DuplicateRequest(pkt);
     return;
   }
   // The expected request: an XRC target takes the SRQ it names (not
@@ -554,6 +533,36 @@ void Qp::ExecuteRequest(const wire::PacketView& pkt) {
   // at the requester before its first loss (its retransmission timeout
   // then covers a lost last packet of the first message too).
   if (pkt.bth.ackreq || (pkt.bth.sr && sr_.on && !sr_announced_)) QueueAck(pkt, wire::Aeth::ack(msn_), psn);
+}
+
+// A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1);
+// a selective-repeat requester's request is held and SACKed instead.
+void Qp::OutOfSequenceRequest(const wire::PacketView& pkt) {
+  Count(QpCounter::out_of_seq_request);
+  if (pkt.bth.sr && sr_.on && SrHold(pkt)) return;
+  if (!nak_sent_) {
+    nak_sent_ = true;
+    QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
+  }
+}
+
+// A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays its
+// saved result, anything else is acknowledged without executing.
+void Qp::DuplicateRequest(const wire::PacketView& pkt) {
+  Count(QpCounter::duplicate_request);
+  const uint32_t mask = pkt.info->mask;
+  if (mask & wire::kMaskRead) {
+    // An XRC READ is executed again on the PD of the SRQ it names, which
+    // need not be the message in progress's (nor exist any more).
+    XrcSrqRef r;
+    if (type_ != QpType::kXrcTgt) OnReadRequest(pkt, true, pd_);
+    else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
+  }
+  else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
+  // A selective-repeat requester resends a packet only when it took it
+  // for lost: this one was not, and the ACK says so (its needless resends,
+  // sr_spurious_resends there).
+  else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask), (pkt.bth.sr && sr_.on) ? 1 : 0);
 }
 
 // UC (IBA 9.8.3): no ACKs; a PSN gap drops the message in progress and
