@@ -488,14 +488,14 @@ class Qp {
   // QP's domain, or another SRQ than the message in progress.
   [[gnu::always_inline]] inline RespStep SelectXrcSrq(const wire::PacketView& pkt);
   [[gnu::always_inline]] inline void NoteInSequence();
-  [[gnu::always_inline]] inline RespStep CheckOpValid(const wire::PacketView& pkt);
-  [[gnu::always_inline]] inline RespStep CheckOpSeq(const wire::PacketView& pkt) const;
-  [[gnu::always_inline]] inline RespStep CheckLength(const wire::PacketView& pkt) const;
-  [[gnu::always_inline]] inline RespStep CheckResource(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep CheckOpValid(uint32_t mask);
+  [[gnu::always_inline]] inline RespStep CheckOpSeq(uint32_t mask) const;
+  [[gnu::always_inline]] inline RespStep CheckLength(const wire::PacketView& pkt, uint32_t mask) const;
+  [[gnu::always_inline]] inline RespStep CheckResource(uint32_t mask);
   [[gnu::always_inline]] inline RespStep ExecuteSend(const wire::PacketView& pkt);
-  [[gnu::always_inline]] inline RespStep CheckRkey(const wire::PacketView& pkt);
-  [[gnu::always_inline]] inline RespStep ExecuteWrite(const wire::PacketView& pkt);
-  [[gnu::always_inline]] inline RespStep CompleteRequest(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep CheckRkey(const wire::PacketView& pkt, uint32_t mask);
+  [[gnu::always_inline]] inline RespStep ExecuteWrite(const wire::PacketView& pkt, uint32_t mask);
+  [[gnu::always_inline]] inline RespStep CompleteRequest(const wire::PacketView& pkt, uint32_t mask);
   [[gnu::always_inline]] inline void AcknowledgeRequest(const wire::PacketView& pkt);
   void EndRequest(const wire::PacketView& pkt, RespStep end);
   void OutOfSequenceRequest(const wire::PacketView& pkt);

@@ -408,10 +408,12 @@ Qp::RespStep Qp::RequestSteps(const wire::PacketView& pkt) {
   // before: duplicates and requests past a gap name SRQs of other messages).
   if (type_ == QpType::kXrcTgt && (s = SelectXrcSrq(pkt)) != kNext) return s;
   NoteInSequence();
-  if ((s = CheckOpValid(pkt)) != kNext) return s;
+  // The opcode's headers and kind, read once: every step after this needs
+  // them, and the calls between steps would make the compiler read them again.
+  const uint32_t mask = pkt.info->mask;
+  if ((s = CheckOpValid(mask)) != kNext) return s;
   // READ and atomics go their own way from here (responder_rd.cc): their
   // R_Key, their place in the queue of owed responses, their execution.
-  const uint32_t mask = pkt.info->mask;
   if (mask & wire::kMaskRead) {
     OnReadRequest(pkt, false, pd_);
     return kDone;
@@ -420,19 +422,19 @@ Qp::RespStep Qp::RequestSteps(const wire::PacketView& pkt) {
     OnAtomicRequest(pkt, false);
     return kDone;
   }
-  if ((s = CheckOpSeq(pkt)) != kNext) return s;
-  if ((s = CheckLength(pkt)) != kNext) return s;
-  if ((s = CheckResource(pkt)) != kNext) return s;
+  if ((s = CheckOpSeq(mask)) != kNext) return s;
+  if ((s = CheckLength(pkt, mask)) != kNext) return s;
+  if ((s = CheckResource(mask)) != kNext) return s;
   if (mask & wire::kMaskSend) {
     if ((s = ExecuteSend(pkt)) != kNext) return s;
   } else {
     // Accepted (a WRITE that needed a receive WQE has one): one more WRITE
     // message, counted at its FIRST or ONLY packet.
     if (mask & wire::kMaskFirst) Count(QpCounter::rx_write_requests);
-    if ((s = CheckRkey(pkt)) != kNext) return s;
-    if ((s = ExecuteWrite(pkt)) != kNext) return s;
+    if ((s = CheckRkey(pkt, mask)) != kNext) return s;
+    if ((s = ExecuteWrite(pkt, mask)) != kNext) return s;
   }
-  if ((s = CompleteRequest(pkt)) != kNext) return s;
+  if ((s = CompleteRequest(pkt, mask)) != kNext) return s;
   AcknowledgeRequest(pkt);
   return kDone;
 }
@@ -477,8 +479,7 @@ void Qp::NoteInSequence() {
 }
 
 // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
-Qp::RespStep Qp::CheckOpValid(const wire::PacketView& pkt) {
-  const uint32_t mask = pkt.info->mask;
+Qp::RespStep Qp::CheckOpValid(uint32_t mask) {
   const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead
                         : (mask & wire::kMaskWrite) ? mem::kRemoteWrite
                         : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0u;
@@ -488,8 +489,7 @@ Qp::RespStep Qp::CheckOpValid(const wire::PacketView& pkt) {
 
 // Opcode sequence (9.7.5.1.3): FIRST/ONLY only between messages,
 // MIDDLE/LAST only inside a message of the same kind.
-Qp::RespStep Qp::CheckOpSeq(const wire::PacketView& pkt) const {
-  const uint32_t mask = pkt.info->mask;
+Qp::RespStep Qp::CheckOpSeq(uint32_t mask) const {
   const bool first = mask & wire::kMaskFirst;
   const bool is_send = mask & wire::kMaskSend;
   const bool in_msg = in_send_message_ || in_write_message_;
@@ -500,17 +500,16 @@ Qp::RespStep Qp::CheckOpSeq(const wire::PacketView& pkt) const {
 }
 
 // FIRST and MIDDLE carry exactly one path MTU; nothing carries more.
-Qp::RespStep Qp::CheckLength(const wire::PacketView& pkt) const {
+Qp::RespStep Qp::CheckLength(const wire::PacketView& pkt, uint32_t mask) const {
   const uint32_t mtu = mtu_bytes(attr_.path_mtu);
-  const bool last = pkt.info->mask & wire::kMaskLast;
+  const bool last = mask & wire::kMaskLast;
   if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) return RespStep::kInvalidRequest;
   return RespStep::kNext;
 }
 
 // The receive WQE a message consumes: a SEND's at its FIRST packet, a
 // WRITE with immediate's at its LAST.
-Qp::RespStep Qp::CheckResource(const wire::PacketView& pkt) {
-  const uint32_t mask = pkt.info->mask;
+Qp::RespStep Qp::CheckResource(uint32_t mask) {
   const bool first = mask & wire::kMaskFirst;
   const bool last = mask & wire::kMaskLast;
   const bool is_send = mask & wire::kMaskSend;
@@ -534,8 +533,7 @@ Qp::RespStep Qp::ExecuteSend(const wire::PacketView& pkt) {
 
 // A WRITE packet against its RETH and the WRITE in progress: the rkey of
 // the whole range at the FIRST packet, what is left of it at every packet.
-Qp::RespStep Qp::CheckRkey(const wire::PacketView& pkt) {
-  const uint32_t mask = pkt.info->mask;
+Qp::RespStep Qp::CheckRkey(const wire::PacketView& pkt, uint32_t mask) {
   if (mask & wire::kMaskAtomicWrite) {
     // IBA 1.5 ATOMIC WRITE: exactly 8 naturally aligned bytes (as atomics,
     // 9.4.5), needing remote write rights like any WRITE.
@@ -553,11 +551,11 @@ Qp::RespStep Qp::CheckRkey(const wire::PacketView& pkt) {
 }
 
 // Places a WRITE packet's payload.
-Qp::RespStep Qp::ExecuteWrite(const wire::PacketView& pkt) {
+Qp::RespStep Qp::ExecuteWrite(const wire::PacketView& pkt, uint32_t mask) {
   // The region may have been deregistered, or the window invalidated or
   // unbound, since the FIRST packet: that is an invalid R_Key now (class C,
   // NAK remote access error), and not a byte of this packet is placed.
-  const bool atomic_write = pkt.info->mask & wire::kMaskAtomicWrite;
+  const bool atomic_write = mask & wire::kMaskAtomicWrite;
   if (!PlaceWrite(pkt.payload, pkt.payload_len, atomic_write)) {
     return RespStep::kRemoteAccess;
   }
@@ -568,8 +566,7 @@ Qp::RespStep Qp::ExecuteWrite(const wire::PacketView& pkt) {
 // or at its LAST packet ends: the MSN counts it, a SEND with invalidate
 // invalidates, and its receive WQE (a SEND's, a WRITE with immediate's)
 // completes.
-Qp::RespStep Qp::CompleteRequest(const wire::PacketView& pkt) {
-  const uint32_t mask = pkt.info->mask;
+Qp::RespStep Qp::CompleteRequest(const wire::PacketView& pkt, uint32_t mask) {
   const bool last = mask & wire::kMaskLast;
   const bool is_send = mask & wire::kMaskSend;
   epsn_ = wire::psn_add(epsn_, 1);
