@@ -460,11 +460,49 @@ class Qp {
   bool SendSome(unsigned budget);
   // responder.cc
   void OnRequest(const wire::PacketView& pkt);
+  // The RC and XRC request path: ExecuteRequest runs the steps below, in
+  // this order, on one request (Linux rxe's responder, rxe_resp.c, has the
+  // same checks as the states of a loop: RESPST_CHK_PSN, RESPST_CHK_OP_SEQ,
+  // ...). Each returns kNext to go on to the next step, or how the request
+  // ends; EndRequest carries out an end that still owes something. The
+  // steps are pieces of ExecuteRequest, always inlined into it: the
+  // per-packet path makes no call that the one function did not.
+  enum class RespStep : uint8_t {
+    kNext,           // passed: on to the next step
+    kDone,           // ended, nothing owed: dropped and counted, answered, or executed and acknowledged
+    kOutOfSequence,  // a PSN past the expected one: NAK once, or held for selective repeat
+    kDuplicate,      // a PSN before it: answered again, not executed again
+    kRnr,            // no receive WQE: RNR NAK
+    // Class C/D errors (ResponderFatal): the NAK, and the status the
+    // receive in progress completes with.
+    kInvalidRequest,     // NAK invalid request; remote invalid request error
+    kLocalLength,        // NAK invalid request; local length error
+    kLocalProtection,    // NAK remote operational error; local protection error
+    kRemoteAccess,       // NAK remote access error; remote access error
+    kRemoteOperational,  // NAK remote operational error; remote operation error
+  };
   void ExecuteRequest(const wire::PacketView& pkt);
-  // XRC target: takes the SRQ, CQ and PD of the request's XRCETH; false (the
-  // QP failed with a NAK) if it names no SRQ of this QP's domain, or another
-  // SRQ than the message in progress.
-  bool SelectXrcSrq(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep RequestSteps(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep CheckQpState();
+  [[gnu::always_inline]] inline RespStep CheckTransport(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep CheckPsn(const wire::PacketView& pkt) const;
+  // XRC target: takes the SRQ, CQ and PD of the request's XRCETH;
+  // kInvalidRequest (counted in xrc_bad_srqn) if it names no SRQ of this
+  // QP's domain, or another SRQ than the message in progress.
+  [[gnu::always_inline]] inline RespStep SelectXrcSrq(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline void NoteInSequence();
+  [[gnu::always_inline]] inline RespStep CheckOpValid(uint32_t mask);
+  [[gnu::always_inline]] inline RespStep CheckOpSeq(uint32_t mask) const;
+  [[gnu::always_inline]] inline RespStep CheckLength(const wire::PacketView& pkt, uint32_t mask) const;
+  [[gnu::always_inline]] inline RespStep CheckResource(uint32_t mask);
+  [[gnu::always_inline]] inline RespStep ExecuteSend(const wire::PacketView& pkt);
+  [[gnu::always_inline]] inline RespStep CheckRkey(const wire::PacketView& pkt, uint32_t mask);
+  [[gnu::always_inline]] inline RespStep ExecuteWrite(const wire::PacketView& pkt, uint32_t mask);
+  [[gnu::always_inline]] inline RespStep CompleteRequest(const wire::PacketView& pkt, uint32_t mask);
+  [[gnu::always_inline]] inline void AcknowledgeRequest(const wire::PacketView& pkt);
+  void EndRequest(const wire::PacketView& pkt, RespStep end);
+  void OutOfSequenceRequest(const wire::PacketView& pkt);
+  void DuplicateRequest(const wire::PacketView& pkt);
   // The XRC SRQ of this QP's domain that a request's XRCETH names; false if
   // there is none.
   bool FindXrcSrqOf(const wire::PacketView& pkt, XrcSrqRef* r);

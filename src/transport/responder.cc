@@ -245,7 +245,7 @@ bool Qp::FindXrcSrqOf(const wire::PacketView& pkt, XrcSrqRef* r) {
   return env_->FindXrcSrq(srqn, r) && r->xrcd == xrcd_;
 }
 
-bool Qp::SelectXrcSrq(const wire::PacketView& pkt) {
+Qp::RespStep Qp::SelectXrcSrq(const wire::PacketView& pkt) {
   const uint32_t srqn = wire::load_be32(pkt.ext(pkt.info->xrceth)) & 0xFFFFFF;
   // Looked up on every request: an SRQ may go between two packets (the
   // control path drops it from this QP first: DropXrcSrq).
@@ -260,15 +260,14 @@ bool Qp::SelectXrcSrq(const wire::PacketView& pkt) {
     // completes in error on its own SRQ's CQ.
     Count(QpCounter::xrc_bad_srqn);
     if (recv_.active && recv_cq_ == nullptr) recv_.active = false;
-    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-    return false;
+    return RespStep::kInvalidRequest;
   }
   srq_ = r.srq;
   recv_cq_ = r.cq;
   pd_ = r.pd;
   xrc_srqn_ = srqn;
   xrc_srq_id_ = r.id;
-  return true;
+  return RespStep::kNext;
 }
 
 // Selective repeat (docs/LAB.md): a request from a selective-repeat
@@ -388,172 +387,286 @@ void Qp::SrDropHeld() {
   sr_held_count_ = 0;
 }
 
+// An RC or XRC request, step by step as rxe_resp.c's states: its checks,
+// its execution, its completion and its acknowledgement. The checks run in
+// droce's order, which is not quite rxe's: the access flags before the
+// opcode sequence (READ and atomics leave there), the length before the
+// receive WQE. A step returns kNext to go on, or how the request ends,
+// which EndRequest carries out when a NAK or an answer is owed.
 void Qp::ExecuteRequest(const wire::PacketView& pkt) {
-  if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
-    Count(QpCounter::qp_state_drop);
-    return;
-  }
-  // Only its transport's opcodes reach a QP (IBA 9.6.1.1.2): RC on RC, XRC
-  // on an XRC target.
-  if (wire::opcode_transport(pkt.bth.opcode) != wire::opcode_transport(op_base_)) {
-    Count(QpCounter::malformed_pkts);
-    return;
-  }
-  const uint32_t mask = pkt.info->mask;
-  const uint32_t psn = pkt.bth.psn;
-  const int32_t d = wire::psn_diff(psn, epsn_);
-  if (d > 0) {
-    // A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1);
-    // a selective-repeat requester's request is held and SACKed instead.
-    Count(QpCounter::out_of_seq_request);
-    if (pkt.bth.sr && sr_.on && SrHold(pkt)) return;
-    if (!nak_sent_) {
-      nak_sent_ = true;
-      QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
-    }
-    return;
-  }
-  if (d < 0) {
-    // A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays
-    // its saved result, anything else is acknowledged without executing.
-    Count(QpCounter::duplicate_request);
-    if (mask & wire::kMaskRead) {
-      // An XRC READ is executed again on the PD of the SRQ it names, which
-      // need not be the message in progress's (nor exist any more).
-      XrcSrqRef r;
-      if (type_ != QpType::kXrcTgt) OnReadRequest(pkt, true, pd_);
-      else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
-    }
-    else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
-    // A selective-repeat requester resends a packet only when it took it
-    // for lost: this one was not, and the ACK says so (its needless resends,
-    // sr_spurious_resends there).
-    else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask), (pkt.bth.sr && sr_.on) ? 1 : 0);
-    return;
-  }
+  const RespStep end = RequestSteps(pkt);
+  if (end != RespStep::kDone) EndRequest(pkt, end);
+}
+
+Qp::RespStep Qp::RequestSteps(const wire::PacketView& pkt) {
+  using enum RespStep;
+  RespStep s;
+  if ((s = CheckQpState()) != kNext) return s;
+  if ((s = CheckTransport(pkt)) != kNext) return s;
+  if ((s = CheckPsn(pkt)) != kNext) return s;
   // The expected request: an XRC target takes the SRQ it names (not
   // before: duplicates and requests past a gap name SRQs of other messages).
-  if (type_ == QpType::kXrcTgt && !SelectXrcSrq(pkt)) return;
+  if (type_ == QpType::kXrcTgt && (s = SelectXrcSrq(pkt)) != kNext) return s;
+  NoteInSequence();
+  // The opcode's headers and kind, read once: every step after this needs
+  // them, and the calls between steps would make the compiler read them again.
+  const uint32_t mask = pkt.info->mask;
+  if ((s = CheckOpValid(mask)) != kNext) return s;
+  // READ and atomics go their own way from here (responder_rd.cc): their
+  // R_Key, their place in the queue of owed responses, their execution.
+  if (mask & wire::kMaskRead) {
+    OnReadRequest(pkt, false, pd_);
+    return kDone;
+  }
+  if (mask & wire::kMaskAtomic) {
+    OnAtomicRequest(pkt, false);
+    return kDone;
+  }
+  if ((s = CheckOpSeq(mask)) != kNext) return s;
+  if ((s = CheckLength(pkt, mask)) != kNext) return s;
+  if ((s = CheckResource(mask)) != kNext) return s;
+  if (mask & wire::kMaskSend) {
+    if ((s = ExecuteSend(pkt)) != kNext) return s;
+  } else {
+    // Accepted (a WRITE that needed a receive WQE has one): one more WRITE
+    // message, counted at its FIRST or ONLY packet.
+    if (mask & wire::kMaskFirst) Count(QpCounter::rx_write_requests);
+    if ((s = CheckRkey(pkt, mask)) != kNext) return s;
+    if ((s = ExecuteWrite(pkt, mask)) != kNext) return s;
+  }
+  if ((s = CompleteRequest(pkt, mask)) != kNext) return s;
+  AcknowledgeRequest(pkt);
+  return kDone;
+}
+
+// Requests reach a QP in RTR, RTS or SQD only.
+Qp::RespStep Qp::CheckQpState() {
+  if (attr_.state != QpState::kRtr && attr_.state != QpState::kRts && attr_.state != QpState::kSqd) {
+    Count(QpCounter::qp_state_drop);
+    return RespStep::kDone;
+  }
+  return RespStep::kNext;
+}
+
+// Only its transport's opcodes reach a QP (IBA 9.6.1.1.2): RC on RC, XRC
+// on an XRC target.
+Qp::RespStep Qp::CheckTransport(const wire::PacketView& pkt) {
+  if (wire::opcode_transport(pkt.bth.opcode) != wire::opcode_transport(op_base_)) {
+    Count(QpCounter::malformed_pkts);
+    return RespStep::kDone;
+  }
+  return RespStep::kNext;
+}
+
+// The request's PSN against the one expected: the expected request goes on;
+// one past it is out of sequence (9.7.5.1.1), one before it a duplicate
+// (9.7.5.1.2).
+Qp::RespStep Qp::CheckPsn(const wire::PacketView& pkt) const {
+  const int32_t d = wire::psn_diff(pkt.bth.psn, epsn_);
+  if (d > 0) return RespStep::kOutOfSequence;
+  if (d < 0) return RespStep::kDuplicate;
+  return RespStep::kNext;
+}
+
+// The expected PSN arrived: a later gap is NAKed again, and the first
+// request received in RTR establishes communication.
+void Qp::NoteInSequence() {
   nak_sent_ = false;
   if (attr_.state == QpState::kRtr && !comm_est_raised_) {
     comm_est_raised_ = true;  // once: the first request received in RTR (IBA 11.6.3)
     Raise(QpEvent::kCommEst);
   }
-  // The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
+}
+
+// The QP's access flags gate incoming RDMA (IBA 10.2.3; rxe: invalid request).
+Qp::RespStep Qp::CheckOpValid(uint32_t mask) {
   const uint32_t need = (mask & wire::kMaskRead) ? mem::kRemoteRead
                         : (mask & wire::kMaskWrite) ? mem::kRemoteWrite
                         : (mask & wire::kMaskAtomic) ? mem::kRemoteAtomic : 0u;
-  if (need != 0 && !(attr_.access_flags & need)) {
-    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-    return;
+  if (need != 0 && !(attr_.access_flags & need)) return RespStep::kInvalidRequest;
+  return RespStep::kNext;
+}
+
+// Opcode sequence (9.7.5.1.3): FIRST/ONLY only between messages,
+// MIDDLE/LAST only inside a message of the same kind.
+Qp::RespStep Qp::CheckOpSeq(uint32_t mask) const {
+  const bool first = mask & wire::kMaskFirst;
+  const bool is_send = mask & wire::kMaskSend;
+  const bool in_msg = in_send_message_ || in_write_message_;
+  if (first == in_msg || (!first && (is_send ? !in_send_message_ : !in_write_message_))) {
+    return RespStep::kInvalidRequest;
   }
-  if (mask & wire::kMaskRead) {
-    OnReadRequest(pkt, false, pd_);
-    return;
-  }
-  if (mask & wire::kMaskAtomic) {
-    OnAtomicRequest(pkt, false);
-    return;
-  }
+  return RespStep::kNext;
+}
+
+// FIRST and MIDDLE carry exactly one path MTU; nothing carries more.
+Qp::RespStep Qp::CheckLength(const wire::PacketView& pkt, uint32_t mask) const {
+  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
+  const bool last = mask & wire::kMaskLast;
+  if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) return RespStep::kInvalidRequest;
+  return RespStep::kNext;
+}
+
+// The receive WQE a message consumes: a SEND's at its FIRST packet, a
+// WRITE with immediate's at its LAST.
+Qp::RespStep Qp::CheckResource(uint32_t mask) {
   const bool first = mask & wire::kMaskFirst;
   const bool last = mask & wire::kMaskLast;
   const bool is_send = mask & wire::kMaskSend;
-  const uint32_t mtu = mtu_bytes(attr_.path_mtu);
-  // Opcode sequence (9.7.5.1.3): FIRST/ONLY only between messages,
-  // MIDDLE/LAST only inside a message of the same kind.
-  const bool in_msg = in_send_message_ || in_write_message_;
-  if (first == in_msg || (!first && (is_send ? !in_send_message_ : !in_write_message_))) {
-    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-    return;
-  }
-  // FIRST and MIDDLE carry exactly one path MTU; nothing carries more.
-  if (pkt.payload_len > mtu || (!last && pkt.payload_len != mtu)) {
-    ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-    return;
-  }
   const bool needs_wqe = (mask & wire::kMaskRecvWqe) && (is_send ? first : last);
-  if (needs_wqe) {
-    bool bad = false;
-    if (!TakeRecvWqe(&bad)) {
-      // No receive WQE: RNR NAK, the requester retries after min_rnr_timer.
-      Count(QpCounter::send_rnr_err);
-      if (attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);  // not a corrupt ring
-      QueueAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), psn);
-      return;
-    }
-    if (bad) {
-      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kLocLenErr);
-      return;
-    }
+  if (!needs_wqe) return RespStep::kNext;
+  bool bad = false;
+  if (!TakeRecvWqe(&bad)) return RespStep::kRnr;
+  if (bad) return RespStep::kLocalLength;
+  return RespStep::kNext;
+}
+
+// Places a SEND packet's payload in the receive WQE's buffers.
+Qp::RespStep Qp::ExecuteSend(const wire::PacketView& pkt) {
+  uint8_t status = queue::wc::kSuccess;
+  if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
+    // Local length or protection error at the responder (9.7.5.2.4 / 10.8.3).
+    return status == queue::wc::kLocLenErr ? RespStep::kLocalLength : RespStep::kLocalProtection;
   }
-  // Accepted (a WRITE that needed a receive WQE has one): one more WRITE
-  // message, counted at its FIRST or ONLY packet.
-  if ((mask & wire::kMaskWrite) && first) Count(QpCounter::rx_write_requests);
-  if (is_send) {
-    uint8_t status = queue::wc::kSuccess;
-    if (!Scatter(pkt.payload, pkt.payload_len, &status)) {
-      // Local length or protection error at the responder (9.7.5.2.4 / 10.8.3).
-      ResponderFatal(pkt, status == queue::wc::kLocLenErr ? wire::NakCode::kInvalidRequest
-                                                          : wire::NakCode::kRemoteOperationalError,
-                     status);
-      return;
-    }
-  } else {
-    const bool atomic_write = mask & wire::kMaskAtomicWrite;
-    if (atomic_write) {
-      // IBA 1.5 ATOMIC WRITE: exactly 8 naturally aligned bytes (as atomics,
-      // 9.4.5), needing remote write rights like any WRITE.
-      const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
-      if (reth.dma_len != 8 || reth.va % 8 != 0 || pkt.payload_len != 8) {
-        ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-        return;
-      }
-    }
-    if (first && !StartWrite(wire::read_reth(pkt.ext(pkt.info->reth)))) {
-      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
-      return;
-    }
-    // The packets must add up to exactly the RETH's length (9.7.5.1.3).
-    if (pkt.payload_len > write_remaining_ || (last && pkt.payload_len != write_remaining_)) {
-      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
-      return;
-    }
-    // The region may have been deregistered, or the window invalidated or
-    // unbound, since the FIRST packet: that is an invalid R_Key now (class C,
-    // NAK remote access error), and not a byte of this packet is placed.
-    if (!PlaceWrite(pkt.payload, pkt.payload_len, atomic_write)) {
-      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
-      return;
-    }
+  return RespStep::kNext;
+}
+
+// A WRITE packet against its RETH and the WRITE in progress: the rkey of
+// the whole range at the FIRST packet, what is left of it at every packet.
+Qp::RespStep Qp::CheckRkey(const wire::PacketView& pkt, uint32_t mask) {
+  if (mask & wire::kMaskAtomicWrite) {
+    // IBA 1.5 ATOMIC WRITE: exactly 8 naturally aligned bytes (as atomics,
+    // 9.4.5), needing remote write rights like any WRITE.
+    const wire::Reth reth = wire::read_reth(pkt.ext(pkt.info->reth));
+    if (reth.dma_len != 8 || reth.va % 8 != 0 || pkt.payload_len != 8) return RespStep::kInvalidRequest;
   }
+  if ((mask & wire::kMaskFirst) && !StartWrite(wire::read_reth(pkt.ext(pkt.info->reth)))) {
+    return RespStep::kRemoteAccess;
+  }
+  // The packets must add up to exactly the RETH's length (9.7.5.1.3).
+  if (pkt.payload_len > write_remaining_ || ((mask & wire::kMaskLast) && pkt.payload_len != write_remaining_)) {
+    return RespStep::kInvalidRequest;
+  }
+  return RespStep::kNext;
+}
+
+// Places a WRITE packet's payload.
+Qp::RespStep Qp::ExecuteWrite(const wire::PacketView& pkt, uint32_t mask) {
+  // The region may have been deregistered, or the window invalidated or
+  // unbound, since the FIRST packet: that is an invalid R_Key now (class C,
+  // NAK remote access error), and not a byte of this packet is placed.
+  const bool atomic_write = mask & wire::kMaskAtomicWrite;
+  if (!PlaceWrite(pkt.payload, pkt.payload_len, atomic_write)) {
+    return RespStep::kRemoteAccess;
+  }
+  return RespStep::kNext;
+}
+
+// The packet is executed: the next PSN is expected and the message goes on,
+// or at its LAST packet ends: the MSN counts it, a SEND with invalidate
+// invalidates, and its receive WQE (a SEND's, a WRITE with immediate's)
+// completes.
+Qp::RespStep Qp::CompleteRequest(const wire::PacketView& pkt, uint32_t mask) {
+  const bool last = mask & wire::kMaskLast;
+  const bool is_send = mask & wire::kMaskSend;
   epsn_ = wire::psn_add(epsn_, 1);
   if (is_send) in_send_message_ = !last;
   else in_write_message_ = !last;
-  if (last) {
-    msn_ = (msn_ + 1) & wire::kPsnMask;
-    if (is_send && pkt.info->ieth) {
-      // SEND with invalidate (IBA 10.6.7.2.1): the rkey must name something
-      // invalidatable on this QP's PD.
-      if (!env_->InvalidateRkey(wire::load_be32(pkt.ext(pkt.info->ieth)), pd_)) {
-        msn_ = (msn_ - 1) & wire::kPsnMask;
-        epsn_ = wire::psn_add(epsn_, wire::kPsnMask);
-        ResponderFatal(pkt, wire::NakCode::kRemoteOperationalError, queue::wc::kRemOpErr);
-        return;
-      }
+  if (!last) return RespStep::kNext;
+  msn_ = (msn_ + 1) & wire::kPsnMask;
+  if (is_send && pkt.info->ieth) {
+    // SEND with invalidate (IBA 10.6.7.2.1): the rkey must name something
+    // invalidatable on this QP's PD.
+    if (!env_->InvalidateRkey(wire::load_be32(pkt.ext(pkt.info->ieth)), pd_)) {
+      msn_ = (msn_ - 1) & wire::kPsnMask;
+      epsn_ = wire::psn_add(epsn_, wire::kPsnMask);
+      return RespStep::kRemoteOperational;
     }
-    if (is_send) {
-      CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
-    } else if (mask & wire::kMaskImmDt) {
-      recv_.offset = write_len_;
-      CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, true, queue::wc::kOpRecvRdmaWithImm);
-    }
-    if (attr_.state == QpState::kErr) return;  // the completion could not be entered: no ACK
   }
-  // A selective-repeat requester's first request is acknowledged at once,
-  // AckReq or not: the ACK carries the bit, which turns selective repeat on
-  // at the requester before its first loss (its retransmission timeout
-  // then covers a lost last packet of the first message too).
-  if (pkt.bth.ackreq || (pkt.bth.sr && sr_.on && !sr_announced_)) QueueAck(pkt, wire::Aeth::ack(msn_), psn);
+  if (is_send) {
+    CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, (mask & wire::kMaskImmDt) != 0);
+  } else if (mask & wire::kMaskImmDt) {
+    recv_.offset = write_len_;
+    CompleteRecv(queue::wc::kSuccess, pkt.bth.se, &pkt, true, queue::wc::kOpRecvRdmaWithImm);
+  }
+  if (attr_.state == QpState::kErr) return RespStep::kDone;  // the completion could not be entered: no ACK
+  return RespStep::kNext;
+}
+
+// A selective-repeat requester's first request is acknowledged at once,
+// AckReq or not: the ACK carries the bit, which turns selective repeat on
+// at the requester before its first loss (its retransmission timeout
+// then covers a lost last packet of the first message too).
+void Qp::AcknowledgeRequest(const wire::PacketView& pkt) {
+  if (pkt.bth.ackreq || (pkt.bth.sr && sr_.on && !sr_announced_)) {
+    QueueAck(pkt, wire::Aeth::ack(msn_), pkt.bth.psn);
+  }
+}
+
+// A request that did not reach the end of the steps: what it still owes.
+void Qp::EndRequest(const wire::PacketView& pkt, RespStep end) {
+  switch (end) {
+    case RespStep::kNext:
+    case RespStep::kDone:
+      return;
+    case RespStep::kOutOfSequence:
+      OutOfSequenceRequest(pkt);
+      return;
+    case RespStep::kDuplicate:
+      DuplicateRequest(pkt);
+      return;
+    case RespStep::kRnr:
+      // No receive WQE: RNR NAK, the requester retries after min_rnr_timer.
+      Count(QpCounter::send_rnr_err);
+      if (attr_.state != QpState::kErr) Count(QpCounter::out_of_buffer);  // not a corrupt ring
+      QueueAck(pkt, wire::Aeth::rnr_nak(msn_, attr_.min_rnr_timer), pkt.bth.psn);
+      return;
+    case RespStep::kInvalidRequest:
+      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kRemInvReqErr);
+      return;
+    case RespStep::kLocalLength:
+      ResponderFatal(pkt, wire::NakCode::kInvalidRequest, queue::wc::kLocLenErr);
+      return;
+    case RespStep::kLocalProtection:
+      ResponderFatal(pkt, wire::NakCode::kRemoteOperationalError, queue::wc::kLocProtErr);
+      return;
+    case RespStep::kRemoteAccess:
+      ResponderFatal(pkt, wire::NakCode::kRemoteAccessError, queue::wc::kRemAccessErr);
+      return;
+    case RespStep::kRemoteOperational:
+      ResponderFatal(pkt, wire::NakCode::kRemoteOperationalError, queue::wc::kRemOpErr);
+      return;
+  }
+}
+
+// A gap: NAK once, then drop until the expected PSN arrives (9.7.5.1.1);
+// a selective-repeat requester's request is held and SACKed instead.
+void Qp::OutOfSequenceRequest(const wire::PacketView& pkt) {
+  Count(QpCounter::out_of_seq_request);
+  if (pkt.bth.sr && sr_.on && SrHold(pkt)) return;
+  if (!nak_sent_) {
+    nak_sent_ = true;
+    QueueAck(pkt, wire::Aeth::nak(msn_, wire::NakCode::kPsnSeqError), epsn_);
+  }
+}
+
+// A duplicate (9.7.5.1.2): a READ is executed again, an atomic replays its
+// saved result, anything else is acknowledged without executing.
+void Qp::DuplicateRequest(const wire::PacketView& pkt) {
+  Count(QpCounter::duplicate_request);
+  const uint32_t mask = pkt.info->mask;
+  if (mask & wire::kMaskRead) {
+    // An XRC READ is executed again on the PD of the SRQ it names, which
+    // need not be the message in progress's (nor exist any more).
+    XrcSrqRef r;
+    if (type_ != QpType::kXrcTgt) OnReadRequest(pkt, true, pd_);
+    else if (FindXrcSrqOf(pkt, &r)) OnReadRequest(pkt, true, r.pd);
+  }
+  else if (mask & wire::kMaskAtomic) OnAtomicRequest(pkt, true);
+  // A selective-repeat requester resends a packet only when it took it
+  // for lost: this one was not, and the ACK says so (its needless resends,
+  // sr_spurious_resends there).
+  else QueueAck(pkt, wire::Aeth::ack(msn_), wire::psn_add(epsn_, wire::kPsnMask), (pkt.bth.sr && sr_.on) ? 1 : 0);
 }
 
 // UC (IBA 9.8.3): no ACKs; a PSN gap drops the message in progress and
