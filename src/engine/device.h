@@ -501,7 +501,7 @@ class Device final : public Session {
   static void LeaveRealtime();
 
   // worker.cc
-  // PollOnce, turning an exception that escapes the engine into a dead
+  // Worker::Turn, turning an exception that escapes the engine into a dead
   // device instead of unwinding into the application (port_state.cc).
   bool PollOnceGuarded(Worker& w);
   // A parsed packet's destination IP is the port's.
